@@ -1,0 +1,50 @@
+"""``DynamoExporter``: ``torch.export`` to an ``ExportedProgram``, saved as ``.pt2``."""
+
+from __future__ import annotations
+
+from collections.abc import MutableMapping
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ...capture.caches import register_cache_classes
+from ...configs import DynamoConfig, ExportFormat
+from ...exporter import HfExporter
+from ...metadata import ExportMetadata
+
+__all__ = ["DynamoExporter"]
+
+
+class DynamoExporter(HfExporter):
+    """Exporter that converts a ``PreTrainedModel`` to a ``torch.export`` ``ExportedProgram``.
+
+    Example:
+        >>> from hfexport.exporter_dynamo import DynamoExporter, DynamoConfig
+        >>> exported = DynamoExporter().export(model, inputs, config=DynamoConfig(dynamic=True))
+        >>> outputs = exported(**inputs)
+        >>> exported.save_pretrained("exported")  # model.pt2, its metadata and the model config
+    """
+
+    export_format = ExportFormat.DYNAMO
+    config_class = DynamoConfig
+
+    def export_program(
+        self, model: torch.nn.Module, sample_inputs: MutableMapping[str, Any], config: DynamoConfig
+    ) -> tuple[torch.export.ExportedProgram, ExportMetadata]:
+        quantizer = getattr(config, "quantizer", None)
+        transform = None
+        if quantizer is not None:
+            quantizer.validate_environment(self.export_format)
+            transform = lambda program: quantizer.quantize(program, sample_inputs, self.export_format)  # noqa: E731
+        return self.trace(model, sample_inputs, config, transform=transform)
+
+    def program_suffix(self) -> str:
+        return ".pt2"
+
+    def save_program(self, program: torch.export.ExportedProgram, path: str | Path) -> None:
+        torch.export.save(program, str(path))
+
+    def load_program(self, path: str | Path) -> torch.export.ExportedProgram:
+        register_cache_classes()
+        return torch.export.load(str(path))

@@ -1,0 +1,56 @@
+"""``DynamoRunner``: runs an ``ExportedProgram`` through its ``module()``; mutations land in the caller's tensors."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import torch
+
+from ...capture.caches import is_cache
+from ...configs import ExportFormat
+from ...metadata import ExportMetadata
+from ...runner import ModelRunner, torch_dtype
+
+__all__ = ["DynamoRunner"]
+
+
+class DynamoRunner(ModelRunner):
+    """Runs an ``ExportedProgram``. A ``USER_INPUT_MUTATION`` (a static cache write) updates the caller's tensors."""
+
+    export_format = ExportFormat.DYNAMO
+
+    def __init__(self, program: torch.export.ExportedProgram, metadata: ExportMetadata, device: Any = None):
+        super().__init__(metadata)
+        if device is not None and str(torch.device(device)) != (metadata.export_device or "cpu"):
+            from torch.export.passes import move_to_device_pass
+
+            program = move_to_device_pass(program, torch.device(device))
+        self.program = program
+        self.device = torch.device(device) if device is not None else None
+        self._module = program.module()
+        self._top_dtypes = {
+            s.name: torch_dtype(s.dtype) for s in metadata.inputs if s.name in metadata.kwargs
+        }
+
+    @classmethod
+    def _create(cls, program: Any, metadata: ExportMetadata, device: Any = None, **runner_kwargs: Any) -> DynamoRunner:
+        if runner_kwargs:
+            raise TypeError(f"DynamoRunner takes no runner options, got {sorted(runner_kwargs)}")
+        return cls(program, metadata, device=device)
+
+    def run(self, inputs: dict[str, Any], *, share_inputs: bool, share_outputs: bool) -> Any:
+        call = {}
+        for key, value in inputs.items():
+            if isinstance(value, torch.Tensor):
+                dtype = self._top_dtypes.get(key)
+                if dtype is not None and value.dtype != dtype:
+                    value = value.to(dtype)
+                elif not share_inputs:
+                    value = value.clone()
+                if self.device is not None and value.device != self.device:
+                    value = value.to(self.device)
+            elif not share_inputs and is_cache(value):
+                value = copy.deepcopy(value)
+            call[key] = value
+        return self._module(**call)

@@ -1,0 +1,246 @@
+"""Pytree registration of transformers' cache classes, so caches travel through ``torch.export`` as inputs/outputs.
+
+A cache flattens to its tensors, each under a readable key path (``layers[0].keys``, ``layers[1].conv_states[0]``),
+and a context that is plain JSON: the class path and every non-tensor attribute. Contexts are JSON so that the
+tree specs serialise with ``treespec_dumps`` and reload with no pickle, and unflattening rebuilds the exact class
+without the model config. Only classes from ``transformers`` (and this package) are ever rebuilt from a context.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import threading
+from typing import Any
+
+import torch
+import torch.utils._pytree as pytree
+
+__all__ = ["register_pytree_node", "register_cache_classes", "is_cache", "cache_class_paths"]
+
+_ALLOWED_MODULE_PREFIXES = ("transformers.", "hfexport.")
+_lock = threading.Lock()
+_registered: set[type] = set()
+
+
+def _class_path(cls: type) -> str:
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
+def _class_from_path(path: str) -> type:
+    if not path.startswith(_ALLOWED_MODULE_PREFIXES):
+        raise TypeError(f"refusing to rebuild {path!r}: only transformers/hfexport classes are allowed in a tree spec")
+    module_name, _, qualname = path.rpartition(".")
+    while module_name:
+        try:
+            obj: Any = importlib.import_module(module_name)
+            break
+        except ModuleNotFoundError:
+            module_name, _, head = module_name.rpartition(".")
+            qualname = f"{head}.{qualname}"
+    else:
+        raise TypeError(f"cannot import the module of {path!r}")
+    for part in qualname.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+# --- object <-> (tensors, JSON context) --------------------------------------------------------------------------
+# Tags: {"t": i} tensor slot i; {"dtype": "float32"}; {"device": "cpu"}; {"obj": path, "attrs": {...}};
+# {"list": [...]}; {"tuple": [...]}; {"dict": [[key, value], ...]} (keys may be ints); plain JSON scalars as is.
+
+
+def _encode(value: Any, tensors: list, keys: list, path: tuple) -> Any:
+    if isinstance(value, torch.Tensor):
+        tensors.append(value)
+        keys.append(path)
+        return {"t": len(tensors) - 1}
+    if value is None or isinstance(value, bool | int | float | str):
+        return value
+    if isinstance(value, torch.dtype):
+        return {"dtype": str(value).removeprefix("torch.")}
+    if isinstance(value, torch.device):
+        return {"device": str(value)}
+    if isinstance(value, list | tuple):
+        tag = "list" if isinstance(value, list) else "tuple"
+        return {tag: [_encode(v, tensors, keys, (*path, pytree.SequenceKey(i))) for i, v in enumerate(value)]}
+    if isinstance(value, dict):
+        return {"dict": [[k, _encode(v, tensors, keys, (*path, pytree.MappingKey(k)))] for k, v in value.items()]}
+    if inspect.isclass(value) and _class_path(value).startswith(_ALLOWED_MODULE_PREFIXES):
+        return {"cls": _class_path(value)}
+    if hasattr(value, "__dict__") and _class_path(type(value)).startswith(_ALLOWED_MODULE_PREFIXES):
+        attrs = {
+            name: _encode(v, tensors, keys, (*path, pytree.GetAttrKey(name)))
+            for name, v in vars(value).items()
+            if not callable(v) or inspect.isclass(v)
+        }
+        return {"obj": _class_path(type(value)), "attrs": attrs}
+    raise TypeError(f"cannot carry a {type(value).__name__} inside a cache through export")
+
+
+def _decode(ctx: Any, tensors: list) -> Any:
+    if ctx is None or isinstance(ctx, bool | int | float | str):
+        return ctx
+    if "t" in ctx:
+        return tensors[ctx["t"]]
+    if "dtype" in ctx:
+        return getattr(torch, ctx["dtype"])
+    if "device" in ctx:
+        return torch.device(ctx["device"])
+    if "list" in ctx:
+        return [_decode(v, tensors) for v in ctx["list"]]
+    if "tuple" in ctx:
+        return tuple(_decode(v, tensors) for v in ctx["tuple"])
+    if "dict" in ctx:
+        return {k: _decode(v, tensors) for k, v in ctx["dict"]}
+    if "cls" in ctx:
+        return _class_from_path(ctx["cls"])
+    if "obj" in ctx:
+        cls = _class_from_path(ctx["obj"])
+        instance = cls.__new__(cls)
+        for name, v in ctx["attrs"].items():
+            instance.__dict__[name] = _decode(v, tensors)
+        return instance
+    raise TypeError(f"unknown cache context entry {ctx!r}")
+
+
+def _flatten_with_keys(obj: Any) -> tuple[list[tuple[Any, torch.Tensor]], Any]:
+    tensors: list = []
+    keys: list = []
+    attrs = {
+        name: _encode(v, tensors, keys, (pytree.GetAttrKey(name),))
+        for name, v in vars(obj).items()
+        if not callable(v) or inspect.isclass(v)
+    }
+    context = {"obj": _class_path(type(obj)), "attrs": attrs}
+    # pytree wants one key per child; a nested path is kept as a tuple key and rendered by our naming helpers.
+    return [(_PathKey(k), t) for k, t in zip(keys, tensors)], context
+
+
+def _flatten(obj: Any) -> tuple[list[torch.Tensor], Any]:
+    pairs, context = _flatten_with_keys(obj)
+    return [t for _, t in pairs], context
+
+
+def _unflatten(values: Any, context: Any) -> Any:
+    return _decode(context, list(values))
+
+
+class _PathKey:
+    """A pytree key standing for a nested attribute path inside a cache (``.layers[0].keys``)."""
+
+    __slots__ = ("path",)
+
+    def __init__(self, path: tuple):
+        self.path = path
+
+    def __str__(self) -> str:
+        return "".join(str(k) for k in self.path)
+
+    def __repr__(self) -> str:
+        return f"_PathKey({self})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _PathKey) and self.path == other.path
+
+    def __hash__(self) -> int:
+        return hash(self.path)
+
+    def get(self, obj: Any) -> Any:
+        for key in self.path:
+            obj = key.get(obj)
+        return obj
+
+    def names(self) -> list[str]:
+        out = []
+        for key in self.path:
+            if isinstance(key, pytree.GetAttrKey):
+                out.append(key.name)
+            elif isinstance(key, pytree.SequenceKey):
+                out.append(str(key.idx))
+            else:
+                out.append(str(key.key))
+        return out
+
+
+def register_pytree_node(object_cls: type) -> None:
+    """Register one class (e.g. ``StaticCache``) as a pytree node, so ``torch.export`` can take and return it.
+
+    Idempotent. ``torch.export.load`` of a program whose inputs include the class needs it registered first.
+
+    Example:
+        >>> from transformers import StaticCache
+        >>> register_pytree_node(StaticCache)
+    """
+    with _lock:
+        if object_cls in _registered or object_cls in pytree.SUPPORTED_NODES:
+            _registered.add(object_cls)
+            return
+        pytree.register_pytree_node(
+            object_cls,
+            _flatten,
+            _unflatten,
+            serialized_type_name=_class_path(object_cls),
+            flatten_with_keys_fn=_flatten_with_keys,
+        )
+        _registered.add(object_cls)
+
+
+def _subclasses(cls: type) -> list[type]:
+    out = []
+    for sub in cls.__subclasses__():
+        out.append(sub)
+        out.extend(_subclasses(sub))
+    return out
+
+
+def is_cache(value: Any) -> bool:
+    """Whether ``value`` is a transformers cache object (a ``Cache`` or a model-specific ``*Cache`` class)."""
+    from transformers.cache_utils import Cache
+
+    cls = value if isinstance(value, type) else type(value)
+    return issubclass(cls, Cache) or (cls.__name__.endswith("Cache") and cls.__module__.startswith("transformers."))
+
+
+def register_cache_classes(model: torch.nn.Module | None = None) -> None:
+    """Register every ``Cache`` subclass known now, plus the cache classes defined in ``model``'s modeling module."""
+    from transformers.cache_utils import Cache
+
+    for cls in _subclasses(Cache):
+        register_pytree_node(cls)
+    if model is not None:
+        module = inspect.getmodule(type(model))
+        for _, obj in inspect.getmembers(module, inspect.isclass):
+            if obj.__module__ == type(model).__module__ and is_cache(obj):
+                register_pytree_node(obj)
+
+
+def cache_class_paths(serialized_spec: Any) -> list[str]:
+    """Class paths named in a serialized tree spec (JSON data), to import and register before loading it."""
+    found: list[str] = []
+
+    def walk(node: Any) -> None:
+        if isinstance(node, dict):
+            for key, value in node.items():
+                if key == "type" and isinstance(value, str) and "." in value:
+                    found.append(value)
+                walk(value)
+        elif isinstance(node, list):
+            for value in node:
+                walk(value)
+
+    walk(serialized_spec)
+    return found
+
+
+def ensure_registered(type_paths: list[str]) -> None:
+    """Import (from allowed modules only) and register the cache classes a saved spec names."""
+    for path in type_paths:
+        if not path.startswith(_ALLOWED_MODULE_PREFIXES):
+            continue
+        try:
+            cls = _class_from_path(path)
+        except (TypeError, AttributeError, ImportError):
+            continue
+        if isinstance(cls, type) and is_cache(cls):
+            register_pytree_node(cls)

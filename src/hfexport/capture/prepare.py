@@ -1,0 +1,185 @@
+"""Make a model and its inputs ready to trace, without changing either behind the caller's back.
+
+:func:`prepare_for_export` returns a new inputs dict (labels stripped, output flags popped, tensors cast to the
+model's dtype and device, caches copied) and the popped flags; :func:`patch_model_config` applies those flags to
+the model config for the duration of the trace only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+from collections.abc import Callable, Iterator, Mapping, MutableMapping
+from typing import Any
+
+import torch
+
+from ..errors import UnsupportedError
+from .caches import is_cache
+
+__all__ = [
+    "prepare_for_export",
+    "patch_model_config",
+    "check_attention_implementation",
+    "register_export_input_preparer",
+    "get_leaf_tensors",
+]
+
+LABEL_KEYS = frozenset({"labels", "future_values", "next_sentence_label", "start_positions", "end_positions"})
+OUTPUT_FLAGS = ("use_cache", "return_dict", "output_attentions", "output_hidden_states", "output_router_logits")
+_UNEXPORTABLE_ATTENTION = ("flash_attention", "flex_attention", "paged", "kernels-community/")
+
+_input_preparers: dict[str, Callable[[torch.nn.Module, dict], None]] = {}
+
+
+def register_export_input_preparer(model_type: str) -> Callable:
+    """Register ``fn(model, inputs)`` that pre-computes data-dependent kwargs for ``model_type`` before tracing.
+
+    Example:
+        >>> @register_export_input_preparer("qwen2_vl")
+        ... def _grid(model, inputs):
+        ...     inputs["rope_deltas"] = ...
+    """
+
+    def decorator(fn: Callable[[torch.nn.Module, dict], None]) -> Callable:
+        _input_preparers[model_type] = fn
+        return fn
+
+    return decorator
+
+
+def _configs(model: torch.nn.Module) -> Iterator[tuple[str, Any]]:
+    config = getattr(model, "config", None)
+    if config is None:
+        return
+    yield "config", config
+    for name in getattr(config, "sub_configs", {}) or {}:
+        sub = getattr(config, name, None)
+        if sub is not None:
+            yield f"config.{name}", sub
+
+
+def check_attention_implementation(model: torch.nn.Module) -> None:
+    """Refuse attention implementations that no backend can export, before any tracing starts."""
+    bad = []
+    for where, config in _configs(model):
+        impl = getattr(config, "_attn_implementation", None)
+        if isinstance(impl, str) and impl.startswith(_UNEXPORTABLE_ATTENTION):
+            bad.append(f"{where}._attn_implementation={impl!r}")
+    if bad:
+        raise UnsupportedError(
+            f"{type(model).__name__} uses an attention implementation that cannot be exported ({', '.join(bad)}). "
+            "Set 'sdpa' (recommended) or 'eager' before exporting: model.set_attn_implementation('sdpa'), or "
+            "from_pretrained(..., attn_implementation='sdpa')."
+        )
+
+
+def _model_dtype_device(model: torch.nn.Module) -> tuple[torch.dtype | None, torch.device | None]:
+    for p in model.parameters():
+        return p.dtype, p.device
+    for b in model.buffers():
+        return b.dtype, b.device
+    return None, None
+
+
+def _cast(value: Any, dtype: torch.dtype | None, device: torch.device | None) -> Any:
+    if isinstance(value, torch.Tensor):
+        target_dtype = dtype if (dtype is not None and value.is_floating_point() and dtype.is_floating_point) else None
+        if (target_dtype is not None and value.dtype != target_dtype) or (device is not None and value.device != device):
+            return value.to(device=device, dtype=target_dtype)
+        return value
+    if is_cache(value):
+        return copy.deepcopy(value)
+    if isinstance(value, list | tuple) and value and all(isinstance(v, torch.Tensor) for v in value):
+        return type(value)(_cast(v, dtype, device) for v in value)
+    return value
+
+
+def prepare_for_export(
+    model: torch.nn.Module, inputs: MutableMapping[str, Any]
+) -> tuple[torch.nn.Module, dict[str, Any], dict[str, Any]]:
+    """Configure inputs for export; returns ``(model, new_inputs, output_flags)``.
+
+    Unlike a plain in-place prepare, neither ``model`` nor ``inputs`` is modified: the returned dict is new, caches
+    in it are copies, and ``output_flags`` (``use_cache``, ``return_dict``, ...) are meant for
+    :func:`patch_model_config` around the trace.
+
+    - Strips label inputs (``labels``, ``future_values``, ...): loss computation is not exported.
+    - Pops output flags so they do not become traced inputs.
+    - Runs the input preparer registered for the model type, if any.
+    - Casts floating tensors to the model's dtype and every tensor to its device.
+
+    Example:
+        >>> model, inputs, flags = prepare_for_export(model, {"input_ids": ids, "use_cache": False})
+        >>> flags
+        {'use_cache': False}
+    """
+    if not isinstance(inputs, Mapping):
+        raise TypeError(f"sample inputs must be a mapping of forward kwargs, got {type(inputs).__name__}")
+    new = dict(inputs)
+    for key in list(new):
+        if key in LABEL_KEYS:
+            del new[key]
+    flags = {key: new.pop(key) for key in OUTPUT_FLAGS if key in new}
+    model_type = getattr(getattr(model, "config", None), "model_type", None)
+    if model_type in _input_preparers:
+        _input_preparers[model_type](model, new)
+    dtype, device = _model_dtype_device(model)
+    new = {key: _cast(value, dtype, device) for key, value in new.items()}
+    return model, new, flags
+
+
+@contextlib.contextmanager
+def patch_model_config(model: torch.nn.Module, flags: Mapping[str, Any]) -> Iterator[None]:
+    """Set ``flags`` on ``model.config`` for the duration of the block, then restore the previous values."""
+    config = getattr(model, "config", None)
+    saved: list[tuple[str, bool, Any]] = []
+    try:
+        if config is not None:
+            for key, value in flags.items():
+                saved.append((key, hasattr(config, key), getattr(config, key, None)))
+                setattr(config, key, value)
+        yield
+    finally:
+        for key, existed, value in reversed(saved):
+            if existed:
+                setattr(config, key, value)
+            else:
+                with contextlib.suppress(AttributeError):
+                    delattr(config, key)
+
+
+def get_leaf_tensors(obj: Any) -> dict[str, torch.Tensor]:
+    """Recursively collect the leaf tensors of a nested structure, keyed by dotted path.
+
+    Handles tensors, dicts, lists, tuples, dataclasses / ``ModelOutput`` and caches.
+
+    Example:
+        >>> get_leaf_tensors({"a": torch.ones(1), "b": [torch.zeros(2)]}).keys()
+        dict_keys(['a', 'b.0'])
+    """
+    from ..metadata import flatten_with_names
+    from .caches import register_cache_classes
+
+    out: dict[str, torch.Tensor] = {}
+
+    def walk(value: Any, prefix: str) -> None:
+        if isinstance(value, torch.Tensor):
+            out[prefix] = value
+        elif is_cache(value):
+            register_cache_classes()
+            for name, leaf in flatten_with_names(value)[0]:
+                if isinstance(leaf, torch.Tensor):
+                    out[f"{prefix}.{name}" if prefix else name] = leaf
+        elif isinstance(value, Mapping):
+            for k, v in value.items():
+                walk(v, f"{prefix}.{k}" if prefix else str(k))
+        elif isinstance(value, list | tuple):
+            for i, v in enumerate(value):
+                walk(v, f"{prefix}.{i}" if prefix else str(i))
+        elif hasattr(value, "__dataclass_fields__"):
+            for name in value.__dataclass_fields__:
+                walk(getattr(value, name), f"{prefix}.{name}" if prefix else name)
+
+    walk(obj, "")
+    return out

@@ -1,0 +1,69 @@
+"""Dynamic-shape specs for ``torch.export``: ``Dim.AUTO`` everywhere, or the user's, checked against the inputs."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+import torch.utils._pytree as pytree
+
+from ..errors import ConfigError
+from .caches import is_cache
+
+__all__ = ["auto_dynamic_shapes", "resolve_dynamic_shapes"]
+
+
+def _auto(value: Any) -> Any:
+    if isinstance(value, torch.Tensor):
+        return {i: torch.export.Dim.AUTO for i in range(value.dim())} or None
+    node = pytree.SUPPORTED_NODES.get(type(value))
+    if node is None or value is None:
+        return None
+    children, _ = node.flatten_fn(value)
+    if is_cache(value) or type(value) not in (dict, list, tuple):
+        # torch.export takes a custom pytree node's shapes as the list of its children
+        return [_auto(c) for c in children]
+    if isinstance(value, dict):
+        return {k: _auto(v) for k, v in value.items()}
+    return type(value)(_auto(c) for c in children)
+
+
+def auto_dynamic_shapes(inputs: Mapping[str, Any]) -> dict[str, Any]:
+    """``Dim.AUTO`` on every dim of every tensor input, caches included (as the list of their tensors).
+
+    Example:
+        >>> auto_dynamic_shapes({"input_ids": torch.ones(2, 3, dtype=torch.long)})
+        {'input_ids': {0: Dim.AUTO, 1: Dim.AUTO}}
+    """
+    return {key: _auto(value) for key, value in inputs.items()}
+
+
+def resolve_dynamic_shapes(config: Any, inputs: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The ``dynamic_shapes`` to pass to ``torch.export`` for ``config``, checked against ``inputs``.
+
+    Explicit ``config.dynamic_shapes`` wins over ``config.dynamic``; kwargs it does not name stay static.
+    """
+    explicit = getattr(config, "dynamic_shapes", None)
+    if explicit is not None:
+        if not isinstance(explicit, Mapping):
+            return explicit
+        unknown = [k for k in explicit if k not in inputs]
+        if unknown:
+            raise ConfigError(
+                "dynamic_shapes",
+                [f"{k!r} is not one of the traced inputs {sorted(inputs)}" for k in unknown],
+            )
+        problems = []
+        for key, spec in explicit.items():
+            value = inputs[key]
+            if isinstance(value, torch.Tensor) and isinstance(spec, Mapping):
+                bad = [d for d in spec if not isinstance(d, int) or not -value.dim() <= d < value.dim()]
+                if bad:
+                    problems.append(f"{key!r}: dims {bad} out of range for a {value.dim()}-d tensor")
+        if problems:
+            raise ConfigError("dynamic_shapes", problems)
+        return {key: explicit.get(key) for key in inputs}
+    if getattr(config, "dynamic", False):
+        return auto_dynamic_shapes(inputs)
+    return None

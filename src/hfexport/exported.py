@@ -1,0 +1,269 @@
+"""``ExportedModel`` and ``ExportedComponent``: exported graphs, called like the model they came from."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+from typing import Any
+
+from .configs import ExportFormat, parse_format
+from .errors import ManifestError, UnsupportedError
+from .manifest import MANIFEST_NAME, _check_relative, read_manifest, write_export
+from .metadata import ExportMetadata
+
+__all__ = ["ExportedModel", "ExportedComponent"]
+
+CONFIG_NAME = "config.json"
+GENERATION_CONFIG_NAME = "generation_config.json"
+
+
+@dataclasses.dataclass
+class ExportedComponent:
+    """One exported graph: the backend's program and what the exporter recorded about it."""
+
+    program: Any
+    metadata: ExportMetadata
+
+
+class ExportedModel:
+    """An exported model: its graphs and the configs they were traced against, called like the source model.
+
+    Example:
+        >>> exported = DynamoExporter().export(model, inputs, DynamoConfig(dynamic=True))
+        >>> exported.save_pretrained("exported")
+        >>> outputs = ExportedModel.from_pretrained("exported")(**inputs)
+        >>> outputs.logits.shape
+    """
+
+    def __init__(
+        self,
+        components: dict[str, ExportedComponent],
+        export_format: ExportFormat | str,
+        config: Any = None,
+        generation_config: Any = None,
+    ):
+        self.components = dict(components)
+        self.export_format = parse_format(export_format)
+        self.config = config
+        self.generation_config = generation_config
+        self.source_directory: Path | None = None
+        self._runners: dict[str, Any] = {}
+        self._device: Any = None
+        self._runner_kwargs: dict[str, Any] = {}
+
+    def __repr__(self) -> str:
+        names = ", ".join(f"{n}: {c.metadata.architecture}" for n, c in self.components.items())
+        return f"ExportedModel(format={str(self.export_format)!r}, components={{{names}}})"
+
+    # --- programs and runners -----------------------------------------------------------------------------------
+
+    @property
+    def program(self) -> Any:
+        """The backend's own program, for a single-graph export."""
+        if list(self.components) != ["model"]:
+            raise UnsupportedError(
+                f"this export has several components {list(self.components)}; use .components[name].program"
+            )
+        return self.components["model"].program
+
+    def to(self, device: Any = None, **runner_kwargs: Any) -> ExportedModel:
+        """Load the programs on their backend's runtime, on ``device`` (the backend's default when ``None``).
+
+        ``runner_kwargs`` go to the backend's runner (``providers``/``session_options`` for ONNX Runtime,
+        ``config``/``torch_threads`` for OpenVINO).
+        """
+        from .runner import ModelRunner
+
+        self._device = device
+        self._runner_kwargs = dict(runner_kwargs)
+        self._runners = {
+            name: ModelRunner.from_program(c.program, c.metadata, device=device, **runner_kwargs)
+            for name, c in self.components.items()
+        }
+        return self
+
+    def runner(self, name: str = "model") -> Any:
+        """The runner of one component (created on first use)."""
+        if name not in self.components:
+            raise KeyError(f"no component {name!r}; components: {list(self.components)}")
+        if name not in self._runners:
+            from .runner import ModelRunner
+
+            c = self.components[name]
+            self._runners[name] = ModelRunner.from_program(
+                c.program, c.metadata, device=self._device, **self._runner_kwargs
+            )
+        return self._runners[name]
+
+    def __call__(self, share_inputs: bool = True, share_outputs: bool = False, **kwargs: Any) -> Any:
+        """Run a single-graph export; returns what the source model returns (its ``ModelOutput`` type).
+
+        Kwargs the export was not traced with are dropped (one warning), so a processor's whole output can be
+        passed.
+        """
+        if "model" not in self.components:
+            raise UnsupportedError(
+                f"this export has the generation components {list(self.components)}: use .generate(...) or "
+                ".runner(name)(...) to run one component"
+            )
+        return self.runner("model")(share_inputs=share_inputs, share_outputs=share_outputs, **kwargs)
+
+    # --- save / load ---------------------------------------------------------------------------------------------
+
+    def _exporter(self) -> Any:
+        from .registry import exporter_class_for
+
+        return exporter_class_for(self.export_format)()
+
+    def save_pretrained(self, save_directory: str | Path, push_to_hub: bool = False, **kwargs: Any) -> Path:
+        """Write the components (one file each, plus what the format keeps beside it), the configs and the manifest.
+
+        The save is atomic: an interrupted save never leaves a directory that loads wrong.
+
+        Args:
+            save_directory: Where to write (created if missing).
+            push_to_hub: Upload the directory to the Hub afterwards.
+            kwargs: For the upload: ``repo_id`` (defaults to the directory name), ``commit_message``, ``token``,
+                ``private``.
+        """
+        from . import __version__
+
+        exporter = self._exporter()
+
+        def write_files(staging: Path) -> dict[str, Any]:
+            components = {}
+            for name, component in self.components.items():
+                filename = f"{name}{exporter.program_suffix()}"
+                exporter.save_program(component.program, staging / filename)
+                components[name] = {
+                    "program": filename,
+                    "files": exporter.program_files(filename),
+                    "metadata": component.metadata.to_dict(),
+                }
+            configs = {}
+            if self.config is not None:
+                (staging / CONFIG_NAME).write_text(self.config.to_json_string(use_diff=False))
+                configs["config"] = CONFIG_NAME
+            if self.generation_config is not None:
+                (staging / GENERATION_CONFIG_NAME).write_text(self.generation_config.to_json_string(use_diff=True))
+                configs["generation_config"] = GENERATION_CONFIG_NAME
+            return {
+                "format": "hfexport",
+                "hfexport_version": __version__,
+                "export_format": str(self.export_format),
+                "components": components,
+                "configs": configs,
+            }
+
+        directory = Path(save_directory)
+        write_export(directory, write_files)
+        if push_to_hub:
+            self._push(directory, **kwargs)
+        return directory
+
+    @staticmethod
+    def _push(directory: Path, repo_id: str | None = None, commit_message: str | None = None, **hub_kwargs: Any) -> None:
+        from huggingface_hub import HfApi
+
+        api = HfApi(token=hub_kwargs.pop("token", None))
+        repo_id = repo_id or directory.name
+        api.create_repo(repo_id, private=hub_kwargs.pop("private", None), exist_ok=True)
+        api.upload_folder(
+            repo_id=repo_id,
+            folder_path=str(directory),
+            commit_message=commit_message or "Upload hfexport export",
+            ignore_patterns=[".hfexport-staging/*"],
+            **hub_kwargs,
+        )
+
+    @classmethod
+    def from_pretrained(
+        cls,
+        pretrained_model_name_or_path: str | Path,
+        device: Any = None,
+        cache_dir: str | Path | None = None,
+        force_download: bool = False,
+        local_files_only: bool = False,
+        token: str | bool | None = None,
+        revision: str = "main",
+        subfolder: str = "",
+        trust_remote_code: bool = False,
+        **runner_kwargs: Any,
+    ) -> ExportedModel:
+        """Load what :meth:`save_pretrained` wrote, from a local directory or a Hub repo id, ready to run.
+
+        From the Hub, only the files the manifest names are downloaded. Every file is checked against the manifest's
+        size and sha256 before any program is read.
+        """
+        local = Path(pretrained_model_name_or_path) / subfolder if subfolder else Path(pretrained_model_name_or_path)
+        if not local.is_dir():
+            local = _download(
+                str(pretrained_model_name_or_path),
+                cache_dir=cache_dir,
+                force_download=force_download,
+                local_files_only=local_files_only,
+                token=token,
+                revision=revision,
+                subfolder=subfolder,
+            )
+        manifest, root = read_manifest(local)
+        locations = manifest["_locations"]
+        from .registry import exporter_class_for
+
+        exporter = exporter_class_for(manifest["export_format"])()
+        exporter.validate_environment()
+        components = {}
+        for name, entry in manifest["components"].items():
+            program_file = entry.get("program", entry["files"][0])
+            if program_file not in locations:
+                raise ManifestError(str(root), [f"component {name!r}: program {program_file!r} is not listed"])
+            program = exporter.load_program(Path(locations[program_file]))
+            components[name] = ExportedComponent(program, ExportMetadata.from_dict(entry["metadata"]))
+        configs = manifest.get("configs") or {}
+        config = _load_config(locations.get(configs.get("config")), trust_remote_code)
+        generation_config = _load_generation_config(locations.get(configs.get("generation_config")))
+        exported = cls(components, manifest["export_format"], config=config, generation_config=generation_config)
+        exported.source_directory = root
+        return exported.to(device, **runner_kwargs)
+
+
+def _download(repo_id: str, *, subfolder: str, **hub: Any) -> Path:
+    from huggingface_hub import hf_hub_download
+
+    try:
+        manifest_path = Path(hf_hub_download(repo_id, MANIFEST_NAME, subfolder=subfolder or None, **hub))
+    except Exception as e:  # noqa: BLE001 - every Hub failure becomes one clear error
+        raise ManifestError(
+            repo_id, [f"not a local directory, and {MANIFEST_NAME} could not be fetched from the Hub: {e}"]
+        ) from e
+    try:
+        files = json.loads(manifest_path.read_text()).get("files", [])
+    except json.JSONDecodeError as e:
+        raise ManifestError(repo_id, [f"{MANIFEST_NAME} is not valid JSON: {e}"]) from None
+    problems = [p for p in (_check_relative(f.get("path") if isinstance(f, dict) else f) for f in files) if p]
+    if problems:
+        raise ManifestError(repo_id, problems)
+    for entry in files:
+        hf_hub_download(repo_id, entry["path"], subfolder=subfolder or None, **hub)
+    return manifest_path.parent
+
+
+def _load_config(path: str | None, trust_remote_code: bool) -> Any:
+    if path is None:
+        return None
+    from transformers import AutoConfig, PretrainedConfig
+
+    folder = str(Path(path).parent)
+    try:
+        return AutoConfig.from_pretrained(folder, trust_remote_code=trust_remote_code)
+    except (ValueError, KeyError, OSError):
+        return PretrainedConfig.from_json_file(path)
+
+
+def _load_generation_config(path: str | None) -> Any:
+    if path is None:
+        return None
+    from transformers import GenerationConfig
+
+    return GenerationConfig.from_pretrained(str(Path(path).parent))

@@ -1,0 +1,293 @@
+"""``HfExporter``: the backend-independent export flow (check → prepare → trace → convert) around backend hooks.
+
+A backend subclasses :class:`HfExporter`, sets ``export_format`` / ``config_class`` / its package needs, and
+implements :meth:`~HfExporter.export_program` (usually :meth:`~HfExporter.trace` then a conversion),
+:meth:`~HfExporter.save_program` and :meth:`~HfExporter.load_program`.
+"""
+
+from __future__ import annotations
+
+import abc
+import importlib.metadata
+import logging
+import time
+import warnings
+from collections.abc import Callable, Mapping, MutableMapping
+from pathlib import Path
+from typing import Any, ClassVar
+
+import torch
+from packaging.version import Version
+
+from ._versions import TESTED, pip_line
+from .capture.caches import register_cache_classes
+from .capture.prepare import check_attention_implementation, patch_model_config, prepare_for_export
+from .capture.shapes import resolve_dynamic_shapes
+from .configs import ExportConfigMixin, ExportFormat
+from .errors import ConfigError, ExportError, HfExportError, MissingPackageError
+from .exported import ExportedComponent, ExportedModel
+from .metadata import ExportMetadata
+from .signature import build_export_metadata
+from .workarounds import applied_workarounds
+
+__all__ = ["HfExporter"]
+
+logger = logging.getLogger(__name__)
+_drift_warned: set[tuple[str, str, str]] = set()
+
+# Known failure signatures -> what to try. Matched on the text of the underlying exception.
+_HINTS: tuple[tuple[str, str], ...] = (
+    ("data-dependent", "a shape depends on tensor values; try prefer_deferred_runtime_asserts_over_guards=True, "
+     "or static shapes (dynamic=False)"),
+    ("Constraints violated", "a dim you marked dynamic is specialised by the model; use Dim.AUTO (dynamic=True) "
+     "or keep that dim static"),
+    ("is not a pytree", "an input type is not registered with torch.utils._pytree; pass tensors or caches"),
+    ("flash", "set attn_implementation='sdpa' or 'eager'"),
+)
+
+
+def _hint_for(error: BaseException) -> str | None:
+    text = f"{type(error).__name__}: {error}"
+    for needle, hint in _HINTS:
+        if needle in text:
+            return hint
+    return None
+
+
+class HfExporter(abc.ABC):
+    """Abstract base class of the exporters.
+
+    Class attributes a backend sets:
+        export_format: Its :class:`~hfexport.ExportFormat` (or a custom string).
+        config_class: Its config dataclass.
+        required_packages: Distributions it needs, with the minimum version (``{"onnx": "1.21"}``).
+        package_extra: The ``hfexport[...]`` extra that installs them (for the pip line in errors).
+
+    Example:
+        >>> exporter = DynamoExporter()
+        >>> exported = exporter.export(model, inputs, config=DynamoConfig(dynamic=True))
+    """
+
+    export_format: ClassVar[ExportFormat | str]
+    config_class: ClassVar[type[ExportConfigMixin]]
+    required_packages: ClassVar[dict[str, str]] = {}
+    package_extra: ClassVar[str | None] = None
+    program_filename: ClassVar[str] = "model"
+
+    # --- environment --------------------------------------------------------------------------------------------
+
+    @property
+    def tested_versions(self) -> dict[str, str]:
+        return {name: TESTED[name] for name in ("torch", "transformers", *self.required_packages) if name in TESTED}
+
+    def validate_environment(self) -> None:
+        """Raise :class:`MissingPackageError` (with the pip line) for a missing or too-old required package;
+        warn once per package when the installed version differs from the tested one."""
+        for name, minimum in self.required_packages.items():
+            try:
+                found = importlib.metadata.version(name)
+            except importlib.metadata.PackageNotFoundError:
+                raise MissingPackageError(name, type(self).__name__, self._pip_line([name])) from None
+            if minimum and Version(found) < Version(minimum):
+                raise MissingPackageError(name, type(self).__name__, self._pip_line([name]), found, minimum)
+        for name, tested in self.tested_versions.items():
+            try:
+                found = importlib.metadata.version(name)
+            except importlib.metadata.PackageNotFoundError:
+                continue
+            key = (type(self).__name__, name, found)
+            if Version(found).base_version != Version(tested).base_version and key not in _drift_warned:
+                _drift_warned.add(key)
+                warnings.warn(
+                    f"{type(self).__name__} is tested with {name}=={tested}, found {found}; exports may differ",
+                    stacklevel=3,
+                )
+
+    def _pip_line(self, names: list[str]) -> str:
+        if self.package_extra:
+            return f"pip install 'hfexport[{self.package_extra}]'   # or: {pip_line(names)}"
+        return pip_line(names)
+
+    # --- public API -------------------------------------------------------------------------------------------
+
+    def export(
+        self,
+        model: torch.nn.Module,
+        sample_inputs: MutableMapping[str, Any],
+        config: ExportConfigMixin | dict[str, Any],
+    ) -> ExportedModel:
+        """Export the model as one graph: a single ``"model"`` component.
+
+        Args:
+            model: The model to export (a ``PreTrainedModel`` or any ``nn.Module``).
+            sample_inputs: Forward kwargs, what you would pass to ``model(**sample_inputs)``.
+            config: This backend's config, or its dict.
+
+        Returns:
+            An :class:`ExportedModel` whose ``.program`` is the backend's program and whose call runs it.
+        """
+        config = self._check_config(config)
+        self.validate_environment()
+        program, metadata = self._export_component("model", model, sample_inputs, config)
+        return ExportedModel(
+            {"model": ExportedComponent(program, metadata)},
+            export_format=self.export_format,
+            config=getattr(model, "config", None),
+            generation_config=_generation_config(model),
+        )
+
+    def export_for_generation(
+        self,
+        model: torch.nn.Module,
+        sample_inputs: MutableMapping[str, Any],
+        config: ExportConfigMixin | dict[str, ExportConfigMixin],
+        generation_config: Any = None,
+        multi_token_decode: bool = False,
+    ) -> ExportedModel:
+        """Decompose a generative model into its generation stages and export each one.
+
+        See :func:`hfexport.utils.decompose_for_generation` for the component names.
+        """
+        from .capture.decompose import decompose_for_generation
+
+        self.validate_environment()
+        check_attention_implementation(model)
+        components = decompose_for_generation(
+            model, sample_inputs, generation_config=generation_config, multi_token_decode=multi_token_decode
+        )
+        configs = self._component_configs(config, list(components))
+        exported = {}
+        for name, (submodel, inputs) in components.items():
+            program, metadata = self._export_component(name, submodel, inputs, configs[name])
+            exported[name] = ExportedComponent(program, metadata)
+        return ExportedModel(
+            exported,
+            export_format=self.export_format,
+            config=getattr(model, "config", None),
+            generation_config=generation_config or _generation_config(model),
+        )
+
+    # --- backend extension points -------------------------------------------------------------------------------
+
+    @abc.abstractmethod
+    def export_program(
+        self, model: torch.nn.Module, sample_inputs: MutableMapping[str, Any], config: ExportConfigMixin
+    ) -> tuple[Any, ExportMetadata]:
+        """Trace one graph; return the backend's program and the metadata recorded while tracing it."""
+
+    @abc.abstractmethod
+    def save_program(self, program: Any, path: str | Path) -> None:
+        """Write one program to ``path`` in the backend's file format."""
+
+    @abc.abstractmethod
+    def load_program(self, path: str | Path) -> Any:
+        """Read back a program written by :meth:`save_program`."""
+
+    def program_files(self, filename: str) -> list[str]:
+        """The files :meth:`save_program` writes for a program saved as ``filename``."""
+        return [filename]
+
+    def program_suffix(self) -> str:
+        """File extension of a saved program, e.g. ``".pt2"``."""
+        return ""
+
+    # --- shared machinery for backends ---------------------------------------------------------------------------
+
+    def trace(
+        self,
+        model: torch.nn.Module,
+        sample_inputs: MutableMapping[str, Any],
+        config: ExportConfigMixin,
+        *,
+        packages: tuple[str, ...] = (),
+        transform: Callable[[torch.export.ExportedProgram], torch.export.ExportedProgram] | None = None,
+    ) -> tuple[torch.export.ExportedProgram, ExportMetadata]:
+        """``torch.export`` the model on prepared inputs, with the registered workarounds applied.
+
+        Returns the program and its metadata. ``transform`` runs on the program before the metadata is read
+        (e.g. a quantizer over the FX graph).
+        """
+        check_attention_implementation(model)
+        model, inputs, flags = prepare_for_export(model, sample_inputs)
+        register_cache_classes(model)
+        dynamic_shapes = resolve_dynamic_shapes(config, inputs)
+        was_training = model.training
+        model.eval()
+        try:
+            with applied_workarounds(str(self.export_format), model, inputs) as fired, patch_model_config(
+                model, flags
+            ), torch.no_grad():
+                program = torch.export.export(
+                    model,
+                    args=(),
+                    kwargs=inputs,
+                    dynamic_shapes=dynamic_shapes,
+                    strict=config.strict,
+                    prefer_deferred_runtime_asserts_over_guards=config.prefer_deferred_runtime_asserts_over_guards,
+                )
+                if transform is not None:
+                    program = transform(program)
+                metadata = build_export_metadata(
+                    program, model, inputs, config, packages=packages, workarounds=fired
+                )
+        finally:
+            model.train(was_training)
+        return program, metadata
+
+    def _check_config(self, config: Any) -> ExportConfigMixin:
+        if isinstance(config, Mapping):
+            values = dict(config)
+            values.setdefault("export_format", str(self.export_format))
+            config = self.config_class.from_dict(values)
+        if not isinstance(config, self.config_class):
+            raise ConfigError(
+                type(self).__name__,
+                [f"config must be a {self.config_class.__name__} (or its dict), got {type(config).__name__}"],
+            )
+        return config
+
+    def _component_configs(self, config: Any, names: list[str]) -> dict[str, ExportConfigMixin]:
+        if isinstance(config, Mapping) and "export_format" not in config and all(
+            isinstance(v, ExportConfigMixin | Mapping) for v in config.values()
+        ) and config:
+            missing = [n for n in names if n not in config]
+            unknown = [n for n in config if n not in names]
+            problems = [f"no config for component {n!r}" for n in missing]
+            problems += [f"{n!r} is not a component of this model (components: {names})" for n in unknown]
+            if problems:
+                raise ConfigError("per-component export config", problems)
+            return {n: self._check_config(config[n]) for n in names}
+        single = self._check_config(config)
+        return {n: single for n in names}
+
+    def _export_component(
+        self, name: str, model: torch.nn.Module, inputs: MutableMapping[str, Any], config: ExportConfigMixin
+    ) -> tuple[Any, ExportMetadata]:
+        start = time.perf_counter()
+        try:
+            program, metadata = self.export_program(model, inputs, config)
+        except HfExportError:
+            raise
+        except Exception as e:  # noqa: BLE001 - re-raised with the component's context
+            raise ExportError(
+                f"{type(e).__name__}: {_first_lines(str(e))}",
+                component=name,
+                submodule=type(model).__name__,
+                input_keys=list(inputs) if isinstance(inputs, Mapping) else [],
+                stage="export_program",
+                hint=_hint_for(e),
+            ) from e
+        logger.info("exported %s (%s) in %.1fs", name, type(model).__name__, time.perf_counter() - start)
+        return program, metadata
+
+
+def _first_lines(text: str, n: int = 12) -> str:
+    lines = text.strip().splitlines()
+    return "\n".join(lines[:n]) + (f"\n  ... ({len(lines) - n} more lines)" if len(lines) > n else "")
+
+
+def _generation_config(model: torch.nn.Module) -> Any:
+    can_generate = getattr(model, "can_generate", None)
+    if callable(can_generate) and can_generate():
+        return getattr(model, "generation_config", None)
+    return None

@@ -1,0 +1,187 @@
+"""What an exporter records about one graph: the spec's ``ExportMetadata`` plus a typed I/O signature.
+
+The signature carries the role of every flat input and output as data (user input, cache input, cache output,
+mutation of an input, backend state), so runners never parse names to know what a tensor is. Tree specs are stored
+as ``treespec_dumps`` JSON strings; nothing here is pickled.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import json
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+import torch.utils._pytree as pytree
+
+from .capture.caches import _PathKey, cache_class_paths, ensure_registered, is_cache
+
+__all__ = ["ExportMetadata", "IORole", "TensorSpec", "leaf_name", "flatten_with_names", "load_spec", "dump_spec"]
+
+
+class IORole(str, enum.Enum):
+    """Role of one flat input or output of an exported graph."""
+
+    INPUT = "input"
+    CACHE_INPUT = "cache_input"
+    OUTPUT = "output"
+    CACHE_OUTPUT = "cache_output"
+    MUTATION = "mutation"  # the new value of an input the graph updates in place (USER_INPUT_MUTATION)
+    STATE = "state"  # kept inside the backend between calls (e.g. OpenVINO variables)
+
+    def __str__(self) -> str:
+        return self.value
+
+
+@dataclasses.dataclass
+class TensorSpec:
+    """One flat tensor of a graph's signature.
+
+    Attributes:
+        name: Dotted pytree path, unique within the signature: ``input_ids``, ``past_key_values.layers.0.keys``.
+        role: What the tensor is for.
+        dtype: Torch dtype name (``float32``).
+        shape: Sizes; a symbolic size is its symbol's name (``s0``).
+        mutated: For inputs: the graph writes the new value back into this input.
+        target: For ``MUTATION``/``STATE`` outputs: the name of the input whose new value this is.
+    """
+
+    name: str
+    role: IORole
+    dtype: str
+    shape: list[int | str]
+    mutated: bool = False
+    target: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        out = {"name": self.name, "role": str(self.role), "dtype": self.dtype, "shape": list(self.shape)}
+        if self.mutated:
+            out["mutated"] = True
+        if self.target is not None:
+            out["target"] = self.target
+        return out
+
+    @classmethod
+    def from_dict(cls, values: Mapping[str, Any]) -> TensorSpec:
+        return cls(
+            name=values["name"],
+            role=IORole(values["role"]),
+            dtype=values["dtype"],
+            shape=list(values["shape"]),
+            mutated=bool(values.get("mutated", False)),
+            target=values.get("target"),
+        )
+
+
+@dataclasses.dataclass
+class ExportMetadata:
+    """What the exporter recorded about one graph.
+
+    The first ten fields are the spec's. ``inputs``/``outputs`` are the typed flat signature in the program's own
+    order; ``workarounds`` lists the ids of the workarounds that fired while exporting this graph.
+    """
+
+    architecture: str | None = None
+    packages: dict[str, str] = dataclasses.field(default_factory=dict)
+    export_config: dict[str, Any] = dataclasses.field(default_factory=dict)
+    export_dtype: str | None = None
+    export_device: str | None = None
+    kwargs: dict[str, dict] = dataclasses.field(default_factory=dict)
+    in_spec: str | None = None
+    out_spec: str | None = None
+    in_constants: dict[str, Any] = dataclasses.field(default_factory=dict)
+    out_constants: list = dataclasses.field(default_factory=list)
+    inputs: list[TensorSpec] = dataclasses.field(default_factory=list)
+    outputs: list[TensorSpec] = dataclasses.field(default_factory=list)
+    workarounds: list[str] = dataclasses.field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        out["inputs"] = [s.to_dict() for s in self.inputs]
+        out["outputs"] = [s.to_dict() for s in self.outputs]
+        return out
+
+    @classmethod
+    def from_dict(cls, values: Mapping[str, Any]) -> ExportMetadata:
+        """Build from a saved dict, skipping keys this version does not know (written by a newer one)."""
+        names = {f.name for f in dataclasses.fields(cls)}
+        kwargs = {k: v for k, v in values.items() if k in names}
+        kwargs["inputs"] = [TensorSpec.from_dict(s) for s in kwargs.get("inputs", [])]
+        kwargs["outputs"] = [TensorSpec.from_dict(s) for s in kwargs.get("outputs", [])]
+        return cls(**kwargs)
+
+    # --- derived views, used by the runners -------------------------------------------------------------------
+
+    @property
+    def user_outputs(self) -> list[TensorSpec]:
+        return [s for s in self.outputs if s.role in (IORole.OUTPUT, IORole.CACHE_OUTPUT)]
+
+    @property
+    def mutations(self) -> list[TensorSpec]:
+        return [s for s in self.outputs if s.role is IORole.MUTATION]
+
+
+# --- naming and specs -------------------------------------------------------------------------------------------
+
+
+def leaf_name(path: tuple) -> str:
+    """Dotted name of a pytree key path: ``past_key_values.layers.0.keys``."""
+    parts: list[str] = []
+    for key in path:
+        if isinstance(key, _PathKey):
+            parts.extend(key.names())
+        elif isinstance(key, pytree.MappingKey):
+            parts.append(str(key.key))
+        elif isinstance(key, pytree.GetAttrKey):
+            parts.append(key.name)
+        elif isinstance(key, pytree.SequenceKey):
+            parts.append(str(key.idx))
+        else:
+            parts.append(str(key).strip(".[]'\""))
+    return ".".join(parts)
+
+
+def flatten_with_names(tree: Any) -> tuple[list[tuple[str, Any]], pytree.TreeSpec]:
+    """Flatten a pytree into ``(name, leaf)`` pairs and its spec."""
+    pairs, spec = pytree.tree_flatten_with_path(tree)
+    return [(leaf_name(path), leaf) for path, leaf in pairs], spec
+
+
+def dump_spec(spec: pytree.TreeSpec) -> str:
+    return pytree.treespec_dumps(spec)
+
+
+def load_spec(text: str) -> pytree.TreeSpec:
+    """Load a spec saved by :func:`dump_spec`, first registering the cache/output classes it names."""
+    ensure_registered(cache_class_paths(json.loads(text)))
+    return pytree.treespec_loads(text)
+
+
+def json_constant(value: Any) -> Any:
+    """A JSON-able form of a non-tensor leaf (ints, floats, bools, strings, None, dtypes)."""
+    if value is None or isinstance(value, bool | int | float | str):
+        return value
+    if isinstance(value, torch.dtype):
+        return str(value)
+    return repr(value)
+
+
+def describe_kwargs(inputs: Mapping[str, Any]) -> dict[str, dict]:
+    """``ExportMetadata.kwargs``: for each traced kwarg, what kind of value it was."""
+    out: dict[str, dict] = {}
+    for key, value in inputs.items():
+        if isinstance(value, torch.Tensor):
+            out[key] = {"kind": "tensor", "dtype": str(value.dtype).removeprefix("torch."), "ndim": value.dim()}
+        elif is_cache(value):
+            out[key] = {"kind": "cache", "type": type(value).__name__}
+        elif value is None or isinstance(value, bool | int | float | str):
+            out[key] = {"kind": "constant"}
+        else:
+            out[key] = {"kind": "pytree", "type": type(value).__name__}
+    return out
+
+
+def shape_of(value: Any) -> list[int | str]:
+    return [int(d) if isinstance(d, int) or (hasattr(d, "node") and d.node.is_constant()) else str(d) for d in value.shape]

@@ -1,0 +1,5 @@
+"""Post-training quantizers applied during export."""
+
+from .base import CalibrationSet, ExportQuantizer
+
+__all__ = ["CalibrationSet", "ExportQuantizer"]

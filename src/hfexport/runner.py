@@ -1,0 +1,163 @@
+"""``ModelRunner``: run one exported program on its backend and give back what the source model returns.
+
+The base class does the backend-independent half: pick the traced kwargs out of what the caller passes (a whole
+processor output is fine), check the constants the graph was specialised on, flatten the inputs in the
+signature's order (casting dtypes where the caller's differ, e.g. an ``int32`` mask), and rebuild the model's
+own output types from the program's flat outputs. A backend implements :meth:`ModelRunner.run_flat`.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Mapping
+from typing import Any, ClassVar
+
+import torch
+import torch.utils._pytree as pytree
+
+from .errors import UnsupportedError
+from .metadata import ExportMetadata, IORole, load_spec
+
+__all__ = ["ModelRunner"]
+
+_DTYPES = {str(d).removeprefix("torch."): d for d in vars(torch).values() if isinstance(d, torch.dtype)}
+
+
+def torch_dtype(name: str) -> torch.dtype:
+    return _DTYPES[name]
+
+
+class ModelRunner:
+    """Runs one exported program: ``runner(**kwargs)`` returns what the source model returns.
+
+    Example:
+        >>> runner = ModelRunner.from_program(exported.program, exported.components["model"].metadata)
+        >>> runner(**inputs).logits.shape
+    """
+
+    export_format: ClassVar[Any] = None
+
+    def __init__(self, metadata: ExportMetadata):
+        self.metadata = metadata
+        self._traced_keys = list(metadata.kwargs)
+        self._tensor_inputs = list(metadata.inputs)
+        self._input_dtypes = [torch_dtype(s.dtype) for s in self._tensor_inputs]
+        self._out_spec = load_spec(metadata.out_spec) if metadata.out_spec else None
+        self._n_user = len(metadata.user_outputs)
+        self._out_constants = {int(i): v for i, v in metadata.out_constants}
+        self._warned_dropped: set[str] = set()
+
+    # --- construction ---------------------------------------------------------------------------------------------
+
+    @classmethod
+    def from_program(cls, program: Any, metadata: ExportMetadata, device: Any = None, **runner_kwargs: Any) -> ModelRunner:
+        """A runner for ``program`` (as exported, or as read back by ``load_program``) on ``device``.
+
+        Called on ``ModelRunner`` itself, dispatches to the runner registered for the metadata's export format.
+        """
+        if cls is ModelRunner:
+            from .registry import runner_class_for
+
+            fmt = metadata.export_config.get("export_format", "dynamo")
+            return runner_class_for(fmt).from_program(program, metadata, device=device, **runner_kwargs)
+        return cls._create(program, metadata, device=device, **runner_kwargs)
+
+    @classmethod
+    def _create(cls, program: Any, metadata: ExportMetadata, device: Any = None, **runner_kwargs: Any) -> ModelRunner:
+        raise NotImplementedError(f"{cls.__name__} must implement _create")
+
+    # --- calling ------------------------------------------------------------------------------------------------
+
+    def __call__(self, share_inputs: bool = True, share_outputs: bool = False, **kwargs: Any) -> Any:
+        """Run the program on ``kwargs`` (extra kwargs are dropped with one warning naming them).
+
+        Args:
+            share_inputs: Let the backend read the caller's tensors in place (no copy); an in-place cache update then
+                lands in the caller's cache. ``False`` copies inputs first, leaving the caller's tensors untouched.
+            share_outputs: Let the outputs alias the runner's own buffers, valid until the next call (no copy).
+        """
+        inputs = self.select_inputs(kwargs)
+        return self.run(inputs, share_inputs=share_inputs, share_outputs=share_outputs)
+
+    def select_inputs(self, kwargs: Mapping[str, Any]) -> dict[str, Any]:
+        """The traced kwargs, in traced order; warns once about dropped ones and checks specialised constants."""
+        dropped = [k for k in kwargs if k not in self.metadata.kwargs and kwargs[k] is not None]
+        new = [k for k in dropped if k not in self._warned_dropped]
+        if new:
+            self._warned_dropped.update(new)
+            warnings.warn(
+                f"inputs {new} were not traced by this export and are ignored "
+                f"(traced inputs: {self._traced_keys})",
+                stacklevel=3,
+            )
+        selected: dict[str, Any] = {}
+        missing = []
+        for key in self._traced_keys:
+            info = self.metadata.kwargs[key]
+            if key in kwargs:
+                value = kwargs[key]
+                if info.get("kind") == "constant":
+                    self._check_constant(key, value)
+                selected[key] = value
+            elif info.get("kind") == "constant":
+                selected[key] = self.metadata.in_constants.get(key)
+            else:
+                missing.append(key)
+        if missing:
+            raise UnsupportedError(
+                f"missing inputs {missing}: this export was traced with {self._traced_keys}; pass them, or re-export "
+                "with sample inputs that leave them out"
+            )
+        return selected
+
+    def _check_constant(self, key: str, value: Any) -> None:
+        if key in self.metadata.in_constants:
+            traced = self.metadata.in_constants[key]
+            if value != traced and not (value is None and traced is None):
+                raise UnsupportedError(
+                    f"input {key!r}={value!r} differs from the value the graph was specialised on ({traced!r}); "
+                    f"re-export with {key}={value!r} in the sample inputs"
+                )
+
+    def run(self, inputs: dict[str, Any], *, share_inputs: bool, share_outputs: bool) -> Any:
+        """Run on selected inputs. The default flattens, calls :meth:`run_flat`, and unflattens."""
+        flat = self.flatten(inputs, copy=not share_inputs)
+        outputs = self.run_flat(flat, share_outputs=share_outputs)
+        return self.unflatten(outputs)
+
+    def flatten(self, inputs: Mapping[str, Any], copy: bool = False) -> list[torch.Tensor]:
+        """The tensor inputs in the program's order, cast to the traced dtypes."""
+        leaves = [leaf for leaf in pytree.tree_leaves(dict(inputs)) if isinstance(leaf, torch.Tensor)]
+        if len(leaves) != len(self._tensor_inputs):
+            names = [s.name for s in self._tensor_inputs]
+            raise UnsupportedError(
+                f"the inputs flatten to {len(leaves)} tensors but the export takes {len(names)}: {names}"
+            )
+        flat = []
+        for leaf, dtype in zip(leaves, self._input_dtypes):
+            if leaf.dtype != dtype:
+                leaf = leaf.to(dtype)
+            elif copy:
+                leaf = leaf.clone()
+            flat.append(leaf)
+        return flat
+
+    def run_flat(self, inputs: list[torch.Tensor], *, share_outputs: bool) -> list[Any]:
+        """Run the program on flat tensor inputs; return its flat outputs (mutations first, user outputs last)."""
+        raise NotImplementedError
+
+    def unflatten(self, outputs: list) -> Any:
+        """Rebuild the model's outputs from the program's flat ones (which come last) and the recorded constants."""
+        user = list(outputs[len(outputs) - self._n_user :]) if self._n_user else []
+        if self._out_spec is None:
+            return user
+        leaves: list[Any] = []
+        it = iter(user)
+        for i in range(self._out_spec.num_leaves):
+            leaves.append(self._out_constants[i] if i in self._out_constants else next(it))
+        return pytree.tree_unflatten(leaves, self._out_spec)
+
+    # --- helpers for backends -------------------------------------------------------------------------------------
+
+    def specs(self, role: IORole) -> list:
+        return [s for s in (*self.metadata.inputs, *self.metadata.outputs) if s.role is role]

@@ -1,0 +1,117 @@
+"""Registered workarounds of upstream bugs: each one says what it fixes, where upstream, and when to drop it.
+
+A workaround is applied reversibly, under one process-wide lock (patches touch shared modules), only when the
+installed versions fall in its range and its ``applies`` predicate holds for the model being exported. The ids of
+those that fired go into the export's metadata, and ``hfexport env --workarounds`` lists them all.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import importlib.metadata
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from packaging.specifiers import SpecifierSet
+from packaging.version import Version
+
+__all__ = ["Workaround", "register_workaround", "workarounds", "applied_workarounds"]
+
+Undo = Callable[[], None]
+
+
+@dataclasses.dataclass(frozen=True)
+class Workaround:
+    """One reversible fix for an upstream problem.
+
+    Attributes:
+        id: Stable identifier, e.g. ``"dynamo/gemma3-sliding-cache-int"``.
+        backend: ``"all"`` or the export format it is for.
+        target: What it patches (dotted path of the function/class, or a graph pass name).
+        breaks: What goes wrong without it.
+        upstream: Link to the upstream issue, when known.
+        versions: Package name -> version specifier where the bug exists (e.g. ``{"torch": "<2.14"}``); drop the
+            workaround once no tested version is in range.
+        apply: Applies the fix to ``(model, inputs)`` and returns the function that undoes it.
+        applies: Whether the fix is needed for this ``(model, inputs)``.
+    """
+
+    id: str
+    backend: str
+    target: str
+    breaks: str
+    apply: Callable[[Any, dict], Undo]
+    upstream: str | None = None
+    versions: dict[str, str] = dataclasses.field(default_factory=dict)
+    applies: Callable[[Any, dict], bool] = lambda model, inputs: True
+
+    def in_version_range(self) -> bool:
+        for package, spec in self.versions.items():
+            try:
+                installed = Version(importlib.metadata.version(package))
+            except importlib.metadata.PackageNotFoundError:
+                return False
+            if installed not in SpecifierSet(spec, prereleases=True):
+                return False
+        return True
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "backend": self.backend,
+            "target": self.target,
+            "breaks": self.breaks,
+            "upstream": self.upstream,
+            "versions": dict(self.versions),
+            "active": self.in_version_range(),
+        }
+
+
+_registry: dict[str, Workaround] = {}
+_apply_lock = threading.RLock()
+
+
+def register_workaround(workaround: Workaround) -> Workaround:
+    """Add a workaround to the registry (its id must be new)."""
+    if workaround.id in _registry:
+        raise ValueError(f"workaround {workaround.id!r} is already registered")
+    _registry[workaround.id] = workaround
+    return workaround
+
+
+def workarounds(backend: str | None = None) -> list[Workaround]:
+    """The registered workarounds, all or those that apply to ``backend`` (including ``"all"``)."""
+    _load_builtin()
+    return [w for w in _registry.values() if backend is None or w.backend in ("all", str(backend))]
+
+
+@contextlib.contextmanager
+def applied_workarounds(backend: str, model: Any, inputs: dict) -> Iterator[list[str]]:
+    """Apply every workaround for ``backend`` that applies to ``model``; undo them all on exit, in reverse order.
+
+    Yields the list of ids that fired (filled before the body runs).
+    """
+    fired: list[str] = []
+    undos: list[Undo] = []
+    with _apply_lock:
+        try:
+            for w in workarounds(backend):
+                if w.in_version_range() and w.applies(model, inputs):
+                    undos.append(w.apply(model, inputs))
+                    fired.append(w.id)
+            yield fired
+        finally:
+            for undo in reversed(undos):
+                undo()
+
+
+_builtin_loaded = False
+
+
+def _load_builtin() -> None:
+    global _builtin_loaded
+    if not _builtin_loaded:
+        _builtin_loaded = True
+        from . import builtin  # noqa: F401  (registers on import)
