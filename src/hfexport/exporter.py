@@ -228,8 +228,9 @@ class HfExporter(abc.ABC):
                 if transform is not None:
                     program = transform(program)
                 metadata = build_export_metadata(
-                    program, model, inputs, config, packages=packages, workarounds=fired
+                    program, model, inputs, config, packages=packages, workarounds=fired, flags=flags
                 )
+            _warn_specialised(metadata, dynamic_shapes, config)
         finally:
             model.train(was_training)
         return program, metadata
@@ -279,6 +280,21 @@ class HfExporter(abc.ABC):
             ) from e
         logger.info("exported %s (%s) in %.1fs", name, type(model).__name__, time.perf_counter() - start)
         return program, metadata
+
+
+def _warn_specialised(metadata: ExportMetadata, dynamic_shapes: Any, config: ExportConfigMixin) -> None:
+    """With ``dynamic=True``, say which user-input dims the model's code pinned to their traced size."""
+    if not getattr(config, "dynamic", False) or getattr(config, "dynamic_shapes", None) is not None:
+        return
+    pinned = [
+        f"{spec.name}[{i}]={size}"
+        for spec in metadata.inputs
+        if spec.role.value == "input"
+        for i, size in enumerate(spec.shape)
+        if isinstance(size, int) and size > 1
+    ]
+    if pinned:
+        logger.info("dims specialised while tracing (the model branches on them): %s", ", ".join(pinned))
 
 
 def _first_lines(text: str, n: int = 12) -> str:

@@ -39,7 +39,8 @@ class ModelRunner:
 
     def __init__(self, metadata: ExportMetadata):
         self.metadata = metadata
-        self._traced_keys = list(metadata.kwargs)
+        self._traced_keys = [k for k, v in metadata.kwargs.items() if v.get("kind") != "flag"]
+        self._flags = {k for k, v in metadata.kwargs.items() if v.get("kind") == "flag"}
         self._tensor_inputs = list(metadata.inputs)
         self._input_dtypes = [torch_dtype(s.dtype) for s in self._tensor_inputs]
         self._out_spec = load_spec(metadata.out_spec) if metadata.out_spec else None
@@ -90,6 +91,8 @@ class ModelRunner:
                 f"(traced inputs: {self._traced_keys})",
                 stacklevel=3,
             )
+        for key in self._flags.intersection(kwargs):
+            self._check_constant(key, kwargs[key])
         selected: dict[str, Any] = {}
         missing = []
         for key in self._traced_keys:

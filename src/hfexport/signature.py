@@ -14,7 +14,7 @@ import torch
 import torch.utils._pytree as pytree
 from torch.export.graph_signature import ConstantArgument, InputKind, OutputKind
 
-from .capture.caches import is_cache
+from .capture.caches import context_slot_names, is_cache
 from .metadata import (
     ExportMetadata,
     IORole,
@@ -23,7 +23,6 @@ from .metadata import (
     dump_spec,
     flatten_with_names,
     json_constant,
-    leaf_name,
     shape_of,
 )
 
@@ -47,23 +46,31 @@ def _package_versions(names: tuple[str, ...]) -> dict[str, str]:
 
 
 def output_names(out_spec: pytree.TreeSpec) -> list[tuple[str, bool]]:
-    """``(name, in_cache)`` for each leaf of an output spec, in flat order."""
-    dummy = pytree.tree_unflatten([torch.empty(0) for _ in range(out_spec.num_leaves)], out_spec)
+    """``(name, in_cache)`` for each leaf of an output spec, in flat order, read from the spec alone."""
     out: list[tuple[str, bool]] = []
-    outer, _ = pytree.tree_flatten_with_path(dummy, is_leaf=is_cache)
-    for path, node in outer:
-        if is_cache(node):
-            out.extend((_join(path, name), True) for name, _leaf in flatten_with_names(node)[0])
+
+    def join(prefix: str, key: Any) -> str:
+        return f"{prefix}.{key}" if prefix else str(key)
+
+    def walk(spec: pytree.TreeSpec, prefix: str, in_cache: bool) -> None:
+        if spec.is_leaf():
+            out.append((prefix, in_cache))
+            return
+        children = spec.children()
+        if is_cache(spec.type):
+            keys: list[Any] = context_slot_names(spec.context)
+            in_cache = True
+        elif isinstance(spec.context, list) and len(spec.context) == len(children):
+            keys = spec.context  # dict / ModelOutput keys
+        elif hasattr(spec.context, "_fields"):
+            keys = list(spec.context._fields)  # namedtuple
         else:
-            out.append((_join(path, None), False))
+            keys = list(range(len(children)))
+        for key, child in zip(keys, children):
+            walk(child, join(prefix, key), in_cache)
+
+    walk(out_spec, "", False)
     return out
-
-
-def _join(path: tuple, inner: str | None) -> str:
-    head = leaf_name(path)
-    if inner is None:
-        return head
-    return f"{head}.{inner}" if head else inner
 
 
 def build_export_metadata(
@@ -74,6 +81,7 @@ def build_export_metadata(
     *,
     packages: tuple[str, ...] = (),
     workarounds: list[str] | None = None,
+    flags: Mapping[str, Any] | None = None,
 ) -> ExportMetadata:
     """The metadata of one traced graph: spec fields, tree specs and the typed flat signature.
 
@@ -84,6 +92,7 @@ def build_export_metadata(
         config: The export config (saved as its dict).
         packages: Backend packages whose versions to record besides torch and transformers.
         workarounds: Ids of the workarounds that fired.
+        flags: Output flags (``use_cache``, ...) applied to the config during the trace; recorded as constants.
     """
     named_inputs, in_spec = flatten_with_names(dict(inputs))
     cache_kwargs = {k for k, v in inputs.items() if is_cache(v)}
@@ -150,6 +159,11 @@ def build_export_metadata(
         else:
             raise RuntimeError(f"unsupported output kind {spec.kind} in the exported graph")
 
+    kwargs_info = describe_kwargs(inputs)
+    for key, value in (flags or {}).items():
+        kwargs_info[key] = {"kind": "flag"}
+        in_constants[key] = json_constant(value)
+
     dtype = next((p.dtype for p in model.parameters()), None)
     device = next((p.device for p in model.parameters()), None)
     model_config = getattr(model, "config", None)
@@ -160,7 +174,7 @@ def build_export_metadata(
         export_config=config.to_dict() if hasattr(config, "to_dict") else dict(config or {}),
         export_dtype=_dtype_name(dtype) if dtype is not None else None,
         export_device=str(device) if device is not None else None,
-        kwargs=describe_kwargs(inputs),
+        kwargs=kwargs_info,
         in_spec=dump_spec(in_spec),
         out_spec=dump_spec(out_spec),
         in_constants=in_constants,

@@ -55,6 +55,12 @@ def _encode(value: Any, tensors: list, keys: list, path: tuple) -> Any:
         tensors.append(value)
         keys.append(path)
         return {"t": len(tensors) - 1}
+    if isinstance(value, torch.SymInt):
+        # a size that depends on the traced shapes (e.g. a sliding layer's cumulative length): it cannot live in
+        # the static context, so it travels as a 0-d tensor leaf and comes back as an int at run time
+        tensors.append(torch.scalar_tensor(value, dtype=torch.long))
+        keys.append(path)
+        return {"int": len(tensors) - 1}
     if value is None or isinstance(value, bool | int | float | str):
         return value
     if isinstance(value, torch.dtype):
@@ -83,6 +89,9 @@ def _decode(ctx: Any, tensors: list) -> Any:
         return ctx
     if "t" in ctx:
         return tensors[ctx["t"]]
+    if "int" in ctx:
+        value = tensors[ctx["int"]]
+        return int(value) if _is_concrete(value) else value
     if "dtype" in ctx:
         return getattr(torch, ctx["dtype"])
     if "device" in ctx:
@@ -102,6 +111,14 @@ def _decode(ctx: Any, tensors: list) -> Any:
             instance.__dict__[name] = _decode(v, tensors)
         return instance
     raise TypeError(f"unknown cache context entry {ctx!r}")
+
+
+def _is_concrete(value: Any) -> bool:
+    from torch._subclasses.fake_tensor import FakeTensor
+
+    return isinstance(value, torch.Tensor) and not isinstance(value, FakeTensor) and not isinstance(
+        value, torch.fx.Proxy
+    ) and value.numel() == 1
 
 
 def _flatten_with_keys(obj: Any) -> tuple[list[tuple[Any, torch.Tensor]], Any]:
@@ -161,6 +178,30 @@ class _PathKey:
             else:
                 out.append(str(key.key))
         return out
+
+
+def context_slot_names(context: Any) -> list[str]:
+    """Dotted names of a cache context's tensor slots, in slot order (``layers.0.keys``, ...)."""
+    names: dict[int, str] = {}
+
+    def walk(ctx: Any, prefix: str) -> None:
+        if not isinstance(ctx, dict):
+            return
+        for tag in ("t", "int"):
+            if tag in ctx and isinstance(ctx[tag], int):
+                names[ctx[tag]] = prefix
+                return
+        if "attrs" in ctx:
+            for name, value in ctx["attrs"].items():
+                walk(value, f"{prefix}.{name}" if prefix else name)
+        for tag in ("list", "tuple"):
+            for i, value in enumerate(ctx.get(tag, [])):
+                walk(value, f"{prefix}.{i}" if prefix else str(i))
+        for key, value in ctx.get("dict", []):
+            walk(value, f"{prefix}.{key}" if prefix else str(key))
+
+    walk(context, "")
+    return [names[i] for i in range(len(names))]
 
 
 def register_pytree_node(object_cls: type) -> None:

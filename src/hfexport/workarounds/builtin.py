@@ -1,1 +1,3 @@
-"""The built-in workarounds. Each lives in its own module per family; this module imports them all."""
+"""The built-in workarounds: importing this module registers each of them."""
+
+from .models import mamba  # noqa: F401

@@ -9,6 +9,7 @@ import torch
 
 from ...capture.caches import is_cache
 from ...configs import ExportFormat
+from ...errors import UnsupportedError
 from ...metadata import ExportMetadata
 from ...runner import ModelRunner, torch_dtype
 
@@ -53,4 +54,16 @@ class DynamoRunner(ModelRunner):
             elif not share_inputs and is_cache(value):
                 value = copy.deepcopy(value)
             call[key] = value
-        return self._module(**call)
+        try:
+            with torch.no_grad():
+                return self._module(**call)
+        except (AssertionError, RuntimeError) as e:
+            if "Guard failed" not in str(e) and "Expected input" not in str(e):
+                raise
+            shapes = {k: tuple(v.shape) for k, v in call.items() if isinstance(v, torch.Tensor)}
+            traced = {s.name: s.shape for s in self.metadata.inputs if s.name in self._top_dtypes}
+            raise UnsupportedError(
+                f"inputs {shapes} are outside the shapes this export accepts ({e}). It was traced with shapes "
+                f"{traced} (ints are sizes the model's code fixed while tracing). Re-export with sample inputs shaped "
+                "like the ones you run; for sliding-window models trace a sequence longer than the window."
+            ) from e

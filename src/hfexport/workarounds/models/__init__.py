@@ -1,0 +1,1 @@
+"""Model-specific workarounds, one module per ``model_type``."""
