@@ -37,8 +37,9 @@ _drift_warned: set[tuple[str, str, str]] = set()
 
 # Known failure signatures -> what to try. Matched on the text of the underlying exception.
 _HINTS: tuple[tuple[str, str], ...] = (
-    ("data-dependent", "a shape depends on tensor values; try prefer_deferred_runtime_asserts_over_guards=True, "
-     "or static shapes (dynamic=False)"),
+    ("data-dependent", "the model's code is data-dependent (it branches on, or sizes by, tensor values): rewrite "
+     "that branch with torch.cond / torch.where, or for a size check try "
+     "prefer_deferred_runtime_asserts_over_guards=True"),
     ("Constraints violated", "a dim you marked dynamic is specialised by the model; use Dim.AUTO (dynamic=True) "
      "or keep that dim static"),
     ("is not a pytree", "an input type is not registered with torch.utils._pytree; pass tensors or caches"),
@@ -104,9 +105,13 @@ class HfExporter(abc.ABC):
                 )
 
     def _pip_line(self, names: list[str]) -> str:
+        try:
+            exact = pip_line(names)
+        except ValueError:  # a package we have no tested pin for
+            exact = "pip install " + " ".join(names)
         if self.package_extra:
-            return f"pip install 'hfexport[{self.package_extra}]'   # or: {pip_line(names)}"
-        return pip_line(names)
+            return f"pip install 'hfexport[{self.package_extra}]'   # or: {exact}"
+        return exact
 
     # --- public API -------------------------------------------------------------------------------------------
 

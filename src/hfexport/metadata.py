@@ -16,7 +16,7 @@ from typing import Any
 import torch
 import torch.utils._pytree as pytree
 
-from .capture.caches import _PathKey, cache_class_paths, ensure_registered, is_cache
+from .capture.caches import cache_class_paths, ensure_registered, is_cache
 
 __all__ = ["ExportMetadata", "IORole", "TensorSpec", "leaf_name", "flatten_with_names", "load_spec", "dump_spec"]
 
@@ -130,9 +130,7 @@ def leaf_name(path: tuple) -> str:
     """Dotted name of a pytree key path: ``past_key_values.layers.0.keys``."""
     parts: list[str] = []
     for key in path:
-        if isinstance(key, _PathKey):
-            parts.extend(key.names())
-        elif isinstance(key, pytree.MappingKey):
+        if isinstance(key, pytree.MappingKey):
             parts.append(str(key.key))
         elif isinstance(key, pytree.GetAttrKey):
             parts.append(key.name)

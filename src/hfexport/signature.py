@@ -73,6 +73,36 @@ def output_names(out_spec: pytree.TreeSpec) -> list[tuple[str, bool]]:
     return out
 
 
+def _root(node: Any) -> Any:
+    """Follow views back to the tensor they alias."""
+    while (
+        isinstance(node, torch.fx.Node)
+        and node.op == "call_function"
+        and isinstance(node.target, torch._ops.OpOverload)
+        and node.target._schema.returns
+        and node.target._schema.returns[0].alias_info is not None
+        and node.args
+    ):
+        node = node.args[0]
+    return node
+
+
+def inplace_mutated_placeholders(graph: torch.fx.Graph) -> set[str]:
+    """Placeholders written in place by the graph (``torch.export`` keeps in-place ops unless decomposed)."""
+    mutated: set[str] = set()
+    for node in graph.nodes:
+        if node.op != "call_function" or not isinstance(node.target, torch._ops.OpOverload):
+            continue
+        for i, arg in enumerate(node.target._schema.arguments):
+            if arg.alias_info is None or not arg.alias_info.is_write:
+                continue
+            value = node.args[i] if i < len(node.args) else node.kwargs.get(arg.name)
+            root = _root(value)
+            if isinstance(root, torch.fx.Node) and root.op == "placeholder":
+                mutated.add(root.name)
+    return mutated
+
+
 def build_export_metadata(
     program: torch.export.ExportedProgram,
     model: torch.nn.Module,
@@ -116,6 +146,10 @@ def build_export_metadata(
         ts = TensorSpec(name=name, role=role, dtype=_dtype_name(val.dtype), shape=shape_of(val))
         tensor_inputs.append(ts)
         by_placeholder[spec.arg.name] = ts
+
+    for placeholder in inplace_mutated_placeholders(program.graph):
+        if placeholder in by_placeholder:
+            by_placeholder[placeholder].mutated = True
 
     out_spec = program.call_spec.out_spec
     user_names = output_names(out_spec)

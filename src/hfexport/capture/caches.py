@@ -50,7 +50,11 @@ def _class_from_path(path: str) -> type:
 # {"list": [...]}; {"tuple": [...]}; {"dict": [[key, value], ...]} (keys may be ints); plain JSON scalars as is.
 
 
-def _encode(value: Any, tensors: list, keys: list, path: tuple) -> Any:
+def _join(path: str, key: Any) -> str:
+    return f"{path}.{key}" if path else str(key)
+
+
+def _encode(value: Any, tensors: list, keys: list, path: str) -> Any:
     if isinstance(value, torch.Tensor):
         tensors.append(value)
         keys.append(path)
@@ -69,14 +73,14 @@ def _encode(value: Any, tensors: list, keys: list, path: tuple) -> Any:
         return {"device": str(value)}
     if isinstance(value, list | tuple):
         tag = "list" if isinstance(value, list) else "tuple"
-        return {tag: [_encode(v, tensors, keys, (*path, pytree.SequenceKey(i))) for i, v in enumerate(value)]}
+        return {tag: [_encode(v, tensors, keys, _join(path, i)) for i, v in enumerate(value)]}
     if isinstance(value, dict):
-        return {"dict": [[k, _encode(v, tensors, keys, (*path, pytree.MappingKey(k)))] for k, v in value.items()]}
+        return {"dict": [[k, _encode(v, tensors, keys, _join(path, k))] for k, v in value.items()]}
     if inspect.isclass(value) and _class_path(value).startswith(_ALLOWED_MODULE_PREFIXES):
         return {"cls": _class_path(value)}
     if hasattr(value, "__dict__") and _class_path(type(value)).startswith(_ALLOWED_MODULE_PREFIXES):
         attrs = {
-            name: _encode(v, tensors, keys, (*path, pytree.GetAttrKey(name)))
+            name: _encode(v, tensors, keys, _join(path, name))
             for name, v in vars(value).items()
             if not callable(v) or inspect.isclass(v)
         }
@@ -125,13 +129,14 @@ def _flatten_with_keys(obj: Any) -> tuple[list[tuple[Any, torch.Tensor]], Any]:
     tensors: list = []
     keys: list = []
     attrs = {
-        name: _encode(v, tensors, keys, (pytree.GetAttrKey(name),))
+        name: _encode(v, tensors, keys, name)
         for name, v in vars(obj).items()
         if not callable(v) or inspect.isclass(v)
     }
     context = {"obj": _class_path(type(obj)), "attrs": attrs}
-    # pytree wants one key per child; a nested path is kept as a tuple key and rendered by our naming helpers.
-    return [(_PathKey(k), t) for k, t in zip(keys, tensors)], context
+    # one key per child; torch.export only accepts the standard key kinds, so the nested attribute path is
+    # carried as a single dotted MappingKey ("layers.0.keys"), used for naming only
+    return [(pytree.MappingKey(k), t) for k, t in zip(keys, tensors)], context
 
 
 def _flatten(obj: Any) -> tuple[list[torch.Tensor], Any]:
@@ -141,43 +146,6 @@ def _flatten(obj: Any) -> tuple[list[torch.Tensor], Any]:
 
 def _unflatten(values: Any, context: Any) -> Any:
     return _decode(context, list(values))
-
-
-class _PathKey:
-    """A pytree key standing for a nested attribute path inside a cache (``.layers[0].keys``)."""
-
-    __slots__ = ("path",)
-
-    def __init__(self, path: tuple):
-        self.path = path
-
-    def __str__(self) -> str:
-        return "".join(str(k) for k in self.path)
-
-    def __repr__(self) -> str:
-        return f"_PathKey({self})"
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, _PathKey) and self.path == other.path
-
-    def __hash__(self) -> int:
-        return hash(self.path)
-
-    def get(self, obj: Any) -> Any:
-        for key in self.path:
-            obj = key.get(obj)
-        return obj
-
-    def names(self) -> list[str]:
-        out = []
-        for key in self.path:
-            if isinstance(key, pytree.GetAttrKey):
-                out.append(key.name)
-            elif isinstance(key, pytree.SequenceKey):
-                out.append(str(key.idx))
-            else:
-                out.append(str(key.key))
-        return out
 
 
 def context_slot_names(context: Any) -> list[str]:

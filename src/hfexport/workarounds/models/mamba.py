@@ -71,7 +71,8 @@ def _applies(model: Any, inputs: dict) -> bool:
     import sys
 
     module = sys.modules.get(_MODULE)
-    return module is not None and any(type(m).__module__ == _MODULE for m in model.modules())
+    modules = getattr(model, "modules", None)
+    return module is not None and modules is not None and any(type(m).__module__ == _MODULE for m in modules())
 
 
 def _apply(model: Any, inputs: dict):
