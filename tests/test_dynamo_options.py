@@ -1,0 +1,91 @@
+"""DynamoConfig options end to end: the spec's explicit Dim example, strict mode, static shapes, devices."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from hfexport import AutoExportConfig, AutoHfExporter, DynamoConfig, DynamoExporter, ExportMetadata, UnsupportedError
+from hfexport.models.tiny import TINY_CASES
+from hfexport.validation import compare_outputs
+
+
+def _close(exported, model, inputs):
+    with torch.no_grad():
+        return compare_outputs(exported(**inputs), model(**inputs))["max_abs_diff"] <= 1e-4
+
+
+def test_spec_example_explicit_dims_with_deferred_asserts():
+    case = TINY_CASES["qwen3"]
+    model = case.build()
+    inputs = case.inputs(2, 7)
+    batch = torch.export.Dim("batch", min=1, max=32)
+    seq = torch.export.Dim("seq", min=1, max=2048)
+    config = DynamoConfig(
+        dynamic_shapes={"input_ids": {0: batch, 1: seq}, "attention_mask": {0: batch, 1: seq}},
+        prefer_deferred_runtime_asserts_over_guards=True,
+    )
+    exported = DynamoExporter().export(model, inputs, config=config)
+    shape = exported.components["model"].metadata.inputs[0].shape
+    assert all(isinstance(d, str) for d in shape), shape
+    assert _close(exported, model, case.inputs(5, 19))
+    saved = exported.components["model"].metadata.export_config["dynamic_shapes"]
+    assert saved["input_ids"] == {"__dims__": [[0, {"dim": "batch", "min": 1, "max": 32}],
+                                               [1, {"dim": "seq", "min": 1, "max": 2048}]]}
+
+
+def test_explicit_dims_for_an_unknown_input_are_refused():
+    case = TINY_CASES["llama"]
+    config = DynamoConfig(dynamic_shapes={"input_idz": {0: torch.export.Dim("b")}})
+    with pytest.raises(ValueError, match="input_idz"):
+        DynamoExporter().export(case.build(), case.inputs(2, 7), config=config)
+
+
+def test_strict_mode_export_matches_eager():
+    case = TINY_CASES["bert"]
+    model = case.build()
+    exported = DynamoExporter().export(model, case.inputs(2, 7), config=DynamoConfig(dynamic=True, strict=True))
+    assert _close(exported, model, case.inputs(3, 9))
+
+
+def test_static_export_refuses_other_shapes_clearly():
+    case = TINY_CASES["llama"]
+    model = case.build()
+    exported = DynamoExporter().export(model, case.inputs(2, 7), config=DynamoConfig())
+    assert exported.components["model"].metadata.inputs[0].shape == [2, 7]
+    assert _close(exported, model, case.inputs(2, 7))
+    with pytest.raises(UnsupportedError, match="outside the shapes"):
+        exported(**case.inputs(1, 5))
+
+
+def test_auto_classes_from_a_dict_and_to_cpu():
+    case = TINY_CASES["gpt2"]
+    model = case.build()
+    config = AutoExportConfig.from_dict({"export_format": "dynamo", "dynamic": True})
+    exporter = AutoHfExporter.from_config(config)
+    exported = exporter.export(model, case.inputs(2, 7), config=config).to("cpu")
+    assert isinstance(exported.program, torch.export.ExportedProgram)
+    assert _close(exported, model, case.inputs(1, 4))
+
+
+def test_backend_not_in_this_release_is_a_clear_error():
+    from hfexport import registry
+
+    config = AutoExportConfig.from_dict({"export_format": "onnx"})
+    try:
+        exporter = AutoHfExporter.from_config(config)
+    except UnsupportedError as e:
+        assert "onnx" in str(e)
+    else:  # the backend exists: it must then be the ONNX exporter
+        assert type(exporter).__name__ == "OnnxExporter"
+    assert registry.config_class_for("onnx").__name__ == "OnnxConfig"
+
+
+def test_metadata_from_dict_skips_unknown_keys():
+    case = TINY_CASES["llama"]
+    exported = DynamoExporter().export(case.build(), case.inputs(2, 7), config=DynamoConfig())
+    data = exported.components["model"].metadata.to_dict()
+    data["field_from_a_newer_version"] = {"x": 1}
+    again = ExportMetadata.from_dict(data)
+    assert again.to_dict() == exported.components["model"].metadata.to_dict()
+    assert [s.role.value for s in again.inputs] == ["input", "input"]
