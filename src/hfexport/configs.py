@@ -60,10 +60,15 @@ def _dim_to_data(spec: Any) -> Any:
 
     if spec is None or isinstance(spec, int):
         return spec
-    for hint in _HINTS:
-        if spec is getattr(torch.export.Dim, hint.upper()):
-            return hint
-    if isinstance(spec, type) and hasattr(spec, "__name__") and hasattr(spec, "min"):
+    hint_type = type(torch.export.Dim.AUTO)
+    if isinstance(spec, hint_type):
+        # compared by kind, not identity: Dim.AUTO(min=.., max=..) is a new object with bounds
+        name = spec.type.name.lower()
+        bounds = {k: int(v) for k in ("min", "max") if (v := getattr(spec, k, None)) is not None}
+        return {"hint": name, **bounds} if bounds else name
+    # torch >= 2.6 makes Dim("x") an instance of torch.export.Dim; older versions made a class
+    is_named_dim = isinstance(spec, torch.export.Dim) or isinstance(spec, type)
+    if is_named_dim and hasattr(spec, "__name__") and hasattr(spec, "min"):
         if hasattr(spec, "root") and hasattr(spec, "fn"):
             raise TypeError(f"derived dim {spec.__name__} cannot be saved; use Dim.AUTO or a plain Dim")
         out = {"dim": spec.__name__, "min": int(spec.min)}
@@ -107,6 +112,12 @@ def dynamic_shapes_from_data(data: Any, _dims: dict | None = None) -> Any:
             return {int(k): dynamic_shapes_from_data(v, dims) for k, v in data["__dims__"]}
         if "__tuple__" in data:
             return tuple(dynamic_shapes_from_data(v, dims) for v in data["__tuple__"])
+        if "hint" in data:
+            hint = data["hint"]
+            if hint not in _HINTS:
+                raise TypeError(f"unknown dim hint {hint!r}; expected one of {_HINTS}")
+            bounds = {k: data[k] for k in ("min", "max") if data.get(k) is not None}
+            return getattr(torch.export.Dim, hint.upper())(**bounds)
         if "dim" in data:
             key = (data["dim"], data.get("min"), data.get("max"))
             if key not in dims:
@@ -198,8 +209,10 @@ class ExportConfigMixin:
             try:
                 kwargs["dynamic_shapes"] = dynamic_shapes_from_data(kwargs["dynamic_shapes"])
             except (TypeError, ValueError, KeyError) as e:
+                del kwargs["dynamic_shapes"]  # reported here, once
                 problems.append(f"dynamic_shapes: {e}")
         if isinstance(kwargs.get("quantizer"), Mapping):
+            del kwargs["quantizer"]  # reported here, once; the constructor would report it again
             problems.append(
                 "quantizer: a saved quantizer description cannot be rebuilt from a dict; pass an ExportQuantizer"
             )
@@ -252,6 +265,12 @@ class DynamoConfig(ExportConfigMixin):
 
     def _problems(self) -> list[str]:
         problems = super()._problems()
+        if isinstance(self.dynamic_shapes, dict | list | tuple):
+            # the export records its config as JSON: refuse now what would only fail after tracing
+            try:
+                dynamic_shapes_to_data(self.dynamic_shapes)
+            except TypeError as e:
+                problems.append(f"dynamic_shapes: {e}")
         if self.quantizer is not None and not isinstance(self.quantizer, _quantizer_type()):
             problems.append(f"quantizer: expected an ExportQuantizer or None, got {type(self.quantizer).__name__}")
         return problems

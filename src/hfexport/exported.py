@@ -238,14 +238,23 @@ def _download(repo_id: str, *, subfolder: str, **hub: Any) -> Path:
             repo_id, [f"not a local directory, and {MANIFEST_NAME} could not be fetched from the Hub: {e}"]
         ) from e
     try:
-        files = json.loads(manifest_path.read_text()).get("files", [])
+        manifest = json.loads(manifest_path.read_text())
     except json.JSONDecodeError as e:
         raise ManifestError(repo_id, [f"{MANIFEST_NAME} is not valid JSON: {e}"]) from None
+    if not isinstance(manifest, dict) or not isinstance(manifest.get("files"), list):
+        raise ManifestError(repo_id, [f"{MANIFEST_NAME} must be an object with a 'files' list"])
+    files = manifest["files"]
     problems = [p for p in (_check_relative(f.get("path") if isinstance(f, dict) else f) for f in files) if p]
     if problems:
         raise ManifestError(repo_id, problems)
+    missing = []
     for entry in files:
-        hf_hub_download(repo_id, entry["path"], subfolder=subfolder or None, **hub)
+        try:
+            hf_hub_download(repo_id, entry["path"], subfolder=subfolder or None, **hub)
+        except Exception as e:  # noqa: BLE001 - collected, reported together
+            missing.append(f"{entry['path']}: could not be fetched ({type(e).__name__})")
+    if missing:
+        raise ManifestError(repo_id, missing)
     return manifest_path.parent
 
 

@@ -10,7 +10,8 @@ Layout of a saved export directory::
 Saving stages every file in ``.hfexport-staging/`` and only then moves them in, the manifest last. If a save is
 killed while moving, the staged manifest is complete and names where every file is, so loading (and the next save)
 finishes the move: nothing is lost. Loading validates the whole manifest first and reports every problem at once:
-absolute paths, ``..``, links that leave the directory, missing files, size and sha256 mismatches.
+absolute paths, ``..``, links that leave the directory, missing files, size and sha256 mismatches. (In a
+``huggingface_hub`` cache snapshot, links into that repo's own ``blobs/`` are how the files are stored: allowed.)
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 from collections.abc import Callable
 from pathlib import Path, PurePosixPath
@@ -56,8 +58,22 @@ def _finish_pending(directory: Path) -> None:
         return
     staged_manifest = staging / MANIFEST_NAME
     if staged_manifest.is_file():
-        manifest = json.loads(staged_manifest.read_text())
-        for entry in manifest.get("files", []):
+        # a staged manifest may not be ours (a copied or downloaded directory): check every path before moving any
+        try:
+            manifest = json.loads(staged_manifest.read_text())
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            raise ManifestError(str(directory), [f"{STAGING_NAME}/{MANIFEST_NAME} is not valid JSON: {e}"]) from None
+        entries = manifest.get("files") if isinstance(manifest, dict) else None
+        if not isinstance(entries, list):
+            raise ManifestError(str(directory), [f"{STAGING_NAME}/{MANIFEST_NAME} has no 'files' list"])
+        problems = [
+            f"{STAGING_NAME}/{MANIFEST_NAME}: {bad}"
+            for bad in (_check_relative(e.get("path") if isinstance(e, dict) else e) for e in entries)
+            if bad
+        ]
+        if problems:
+            raise ManifestError(str(directory), problems)
+        for entry in entries:
             src = staging / entry["path"]
             if src.is_file():
                 (directory / entry["path"]).parent.mkdir(parents=True, exist_ok=True)
@@ -114,6 +130,8 @@ def _check_relative(path: Any) -> str | None:
         return f"file path {path!r} is absolute"
     if ".." in pure.parts:
         return f"file path {path!r} leaves the export directory ('..')"
+    if pure.parts and pure.parts[0] == STAGING_NAME:
+        return f"file path {path!r} is inside the staging folder {STAGING_NAME!r}"
     return None
 
 
@@ -156,6 +174,8 @@ def _read_from(root: Path, staging: Path | None, verify: bool) -> tuple[dict[str
         raise ManifestError(str(root), problems)
 
     resolved_root = root.resolve()
+    # a Hub cache snapshot holds links into its repo's blobs/: those stay inside the downloaded repo
+    allowed_roots = [resolved_root, *_hub_blobs(root)]
     listed: dict[str, dict] = {}
     for entry in manifest["files"]:
         if not isinstance(entry, dict):
@@ -172,7 +192,7 @@ def _read_from(root: Path, staging: Path | None, verify: bool) -> tuple[dict[str
             problems.append(f"{path}: missing")
             continue
         target = location.resolve()
-        if resolved_root not in target.parents:
+        if not any(allowed in target.parents for allowed in allowed_roots):
             problems.append(f"{path}: is a link that leaves the export directory (-> {target})")
             continue
         if not location.is_file():
@@ -200,6 +220,23 @@ def _read_from(root: Path, staging: Path | None, verify: bool) -> tuple[dict[str
         raise ManifestError(str(root), problems)
     manifest["_locations"] = {path: str(_locate(root, staging, path)) for path in listed}
     return manifest, root
+
+
+_COMMIT = re.compile(r"[0-9a-f]{40}")
+
+
+def _hub_blobs(root: Path) -> list[Path]:
+    """``[blobs]`` when ``root`` is (in) a ``huggingface_hub`` cache snapshot, ``<repo>/snapshots/<commit>/...``."""
+    for snapshot in (absolute := Path(os.path.abspath(root)), *absolute.parents):
+        repo = snapshot.parent.parent
+        if (
+            _COMMIT.fullmatch(snapshot.name)
+            and snapshot.parent.name == "snapshots"
+            and repo.name.startswith(("models--", "datasets--", "spaces--"))
+            and (repo / "blobs").is_dir()
+        ):
+            return [(repo / "blobs").resolve()]
+    return []
 
 
 def _locate(root: Path, staging: Path | None, path: str) -> Path | None:

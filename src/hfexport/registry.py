@@ -43,6 +43,21 @@ def _resolve(path: str) -> type:
     return getattr(importlib.import_module(module), name)
 
 
+def _resolve_builtin(fmt: ExportFormat, which: int) -> type:
+    path = _BUILTIN[fmt][which]
+    try:
+        return _resolve(path)
+    except ModuleNotFoundError as e:
+        if e.name and e.name.startswith("hfexport."):
+            from .errors import UnsupportedError
+
+            raise UnsupportedError(
+                f"the {str(fmt)!r} backend is not part of this hfexport release yet ({path} is missing); "
+                "available now: dynamo"
+            ) from None
+        raise
+
+
 def known_formats() -> list[str]:
     return sorted({str(f) for f in (*_BUILTIN, *_exporters, *_configs)})
 
@@ -65,6 +80,15 @@ def register_backend(exporter: type[HfExporter], runner: type[ModelRunner] | Non
         problems.append(f"{exporter.__name__}.export_format is not set")
     if not (isinstance(config_class, type) and issubclass(config_class, ExportConfigMixin)):
         problems.append(f"{exporter.__name__}.config_class must be an ExportConfigMixin subclass")
+    else:
+        # AutoExportConfig dispatches on the config's own export_format: it must name this backend
+        field = getattr(config_class, "__dataclass_fields__", {}).get("export_format")
+        config_fmt = parse_format(field.default) if field is not None else None
+        if config_fmt != fmt:
+            problems.append(
+                f"{config_class.__name__} needs an export_format field defaulting to {str(fmt)!r} "
+                f"(found {'no field' if field is None else repr(str(config_fmt))})"
+            )
     if problems:
         raise ConfigError("backend registration", problems)
     with _lock:
@@ -79,7 +103,7 @@ def exporter_class_for(export_format: ExportFormat | str) -> type[HfExporter]:
     fmt = parse_format(export_format)
     with _lock:
         if fmt not in _exporters and fmt in _BUILTIN:
-            _exporters[fmt] = _resolve(_BUILTIN[fmt][0])
+            _exporters[fmt] = _resolve_builtin(fmt, 0)
         cls = _exporters.get(fmt)
     if cls is None:
         raise ConfigError("export format", [f"no backend registered for {str(fmt)!r}; known: {known_formats()}"])
@@ -90,7 +114,7 @@ def runner_class_for(export_format: ExportFormat | str) -> type[ModelRunner]:
     fmt = parse_format(export_format)
     with _lock:
         if fmt not in _runners and fmt in _BUILTIN:
-            _runners[fmt] = _resolve(_BUILTIN[fmt][1])
+            _runners[fmt] = _resolve_builtin(fmt, 1)
         cls = _runners.get(fmt)
     if cls is None:
         raise ConfigError("export format", [f"no runner registered for {str(fmt)!r}; pass runner= to register_backend"])
