@@ -109,6 +109,20 @@ class ExportedModel:
             )
         return self.runner("model")(share_inputs=share_inputs, share_outputs=share_outputs, **kwargs)
 
+    def generate(self, **kwargs: Any) -> Any:
+        """Generate with the exported components alone, like ``model.generate`` (greedy or sampling).
+
+        Takes the processor's output and the usual generation arguments (``max_new_tokens``, ``eos_token_id``,
+        ``pad_token_id``, ``do_sample``, ``temperature``, ``top_k``, ``top_p``, ``streamer``); returns token ids.
+
+        Example:
+            >>> exported = DynamoExporter().export_for_generation(model, inputs, DynamoConfig(dynamic=True))
+            >>> exported.generate(**tokenizer(["Hello"], return_tensors="pt"), max_new_tokens=16)
+        """
+        from .generation import generate
+
+        return generate(self, **kwargs)
+
     # --- save / load ---------------------------------------------------------------------------------------------
 
     def _exporter(self) -> Any:

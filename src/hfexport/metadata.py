@@ -46,6 +46,7 @@ class TensorSpec:
         shape: Sizes; a symbolic size is its symbol's name (``s0``).
         mutated: For inputs: the graph writes the new value back into this input.
         target: For ``MUTATION``/``STATE`` outputs: the name of the input whose new value this is.
+        example_shape: For inputs: the concrete shape of the sample the graph was traced with.
     """
 
     name: str
@@ -54,6 +55,7 @@ class TensorSpec:
     shape: list[int | str]
     mutated: bool = False
     target: str | None = None
+    example_shape: list[int] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         out = {"name": self.name, "role": str(self.role), "dtype": self.dtype, "shape": list(self.shape)}
@@ -61,6 +63,8 @@ class TensorSpec:
             out["mutated"] = True
         if self.target is not None:
             out["target"] = self.target
+        if self.example_shape is not None:
+            out["example_shape"] = list(self.example_shape)
         return out
 
     @classmethod
@@ -72,6 +76,7 @@ class TensorSpec:
             shape=list(values["shape"]),
             mutated=bool(values.get("mutated", False)),
             target=values.get("target"),
+            example_shape=values.get("example_shape"),
         )
 
 
@@ -182,4 +187,9 @@ def describe_kwargs(inputs: Mapping[str, Any]) -> dict[str, dict]:
 
 
 def shape_of(value: Any) -> list[int | str]:
-    return [int(d) if isinstance(d, int) or (hasattr(d, "node") and d.node.is_constant()) else str(d) for d in value.shape]
+    """Sizes of a (fake) tensor: ints for static sizes (specialised symbols included), symbol names otherwise."""
+    out: list[int | str] = []
+    for d in value.shape:
+        text = str(d)
+        out.append(int(text) if isinstance(d, int) or text.lstrip("-").isdigit() else text)
+    return out

@@ -143,7 +143,9 @@ def build_export_metadata(
             continue
         val = placeholders[spec.arg.name].meta.get("val", leaf)
         role = IORole.CACHE_INPUT if name.split(".")[0] in cache_kwargs else IORole.INPUT
-        ts = TensorSpec(name=name, role=role, dtype=_dtype_name(val.dtype), shape=shape_of(val))
+        ts = TensorSpec(
+            name=name, role=role, dtype=_dtype_name(val.dtype), shape=shape_of(val), example_shape=list(leaf.shape)
+        )
         tensor_inputs.append(ts)
         by_placeholder[spec.arg.name] = ts
 

@@ -1,5 +1,15 @@
 """Lower-level functions behind the exporters (import path kept as in the spec: ``hfexport.utils``)."""
 
+from .capture.decompose import decompose_for_generation, decompose_prefill_decode
+from .capture.multimodal import is_multimodal
 from .capture.prepare import get_leaf_tensors, patch_model_config, prepare_for_export, register_export_input_preparer
 
-__all__ = ["get_leaf_tensors", "prepare_for_export", "patch_model_config", "register_export_input_preparer"]
+__all__ = [
+    "decompose_for_generation",
+    "decompose_prefill_decode",
+    "is_multimodal",
+    "get_leaf_tensors",
+    "prepare_for_export",
+    "patch_model_config",
+    "register_export_input_preparer",
+]

@@ -121,6 +121,7 @@ def prepare_for_export(
         if key in LABEL_KEYS:
             del new[key]
     flags = {key: new.pop(key) for key in OUTPUT_FLAGS if key in new}
+    flags = {key: value for key, value in flags.items() if value is not None}  # None means "the config's default"
     model_type = getattr(getattr(model, "config", None), "model_type", None)
     if model_type in _input_preparers:
         _input_preparers[model_type](model, new)

@@ -16,7 +16,8 @@ __all__ = ["auto_dynamic_shapes", "resolve_dynamic_shapes"]
 
 def _auto(value: Any) -> Any:
     if isinstance(value, torch.Tensor):
-        return {i: torch.export.Dim.AUTO for i in range(value.dim())} or None
+        # sizes 0 and 1 are specialised by torch.export whatever we ask: leave them static, quietly
+        return {i: torch.export.Dim.AUTO for i, size in enumerate(value.shape) if size > 1} or None
     node = pytree.SUPPORTED_NODES.get(type(value))
     if node is None or value is None:
         return None

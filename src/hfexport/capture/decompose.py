@@ -1,0 +1,252 @@
+"""Split a generative model into the graphs generation needs, by watching one real ``model.generate()``.
+
+``generate`` already knows how every architecture prepares its inputs (caches, masks, positions, encoder outputs),
+so instead of re-implementing that per model we run it once for two (or three) new tokens and record the kwargs
+of each ``forward`` call: the first is the prefill, the next the single-token decode; with ``multi_token_decode``
+two decode calls are merged into one whose query axis stays symbolic.
+
+Caches are built here rather than by ``generate``: sliding-window layers become full-length layers (the sliding
+mask still applies the window), because the sliding layers' Python-int bookkeeping cannot be traced.
+"""
+
+from __future__ import annotations
+
+import copy
+import inspect
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+
+from ..errors import UnsupportedError
+from .caches import is_cache
+
+__all__ = ["decompose_prefill_decode", "decompose_for_generation", "full_attention_cache", "merge_decode_calls"]
+
+_SEQ_KEYS = ("input_ids", "decoder_input_ids", "position_ids", "decoder_position_ids", "inputs_embeds",
+             "decoder_inputs_embeds", "cache_position")
+_MASK_KEYS = ("attention_mask", "decoder_attention_mask")
+
+
+class _Recorder:
+    """Forward pre-hook that keeps a deep copy of every call's kwargs (the cache as it was at call time)."""
+
+    def __init__(self, module: torch.nn.Module):
+        self.calls: list[dict[str, Any]] = []
+        self._params = list(inspect.signature(module.forward).parameters)
+        self._handle = module.register_forward_pre_hook(self._hook, with_kwargs=True)
+
+    def _hook(self, module: torch.nn.Module, args: tuple, kwargs: dict) -> None:
+        named = dict(zip(self._params, args))
+        named.update(kwargs)
+        self.calls.append(copy.deepcopy(named))
+
+    def remove(self) -> None:
+        self._handle.remove()
+
+
+def full_attention_cache(cache: Any, max_cache_len: int | None = None) -> Any:
+    """Replace the sliding-window layers of a cache by full-length layers of the same kind (in place).
+
+    ``max_cache_len`` is the length of the full static layers (required when the cache is static).
+    """
+    from transformers.cache_utils import DynamicLayer, DynamicSlidingWindowLayer, StaticLayer, StaticSlidingWindowLayer
+
+    caches = [cache]
+    for name in ("self_attention_cache", "cross_attention_cache"):
+        if hasattr(cache, name):
+            caches.append(getattr(cache, name))
+    for c in caches:
+        layers = getattr(c, "layers", None)
+        if not isinstance(layers, list):
+            continue
+        for i, layer in enumerate(layers):
+            if isinstance(layer, StaticSlidingWindowLayer):
+                layers[i] = StaticLayer(max_cache_len=max_cache_len or layer.max_cache_len)
+            elif isinstance(layer, DynamicSlidingWindowLayer):
+                layers[i] = DynamicLayer()
+    return cache
+
+
+def _build_cache(model: torch.nn.Module, generation_config: Any, batch: int, prompt_len: int, new_tokens: int) -> Any:
+    """The cache ``generate`` would build, with sliding layers made full; ``None`` to let ``generate`` build it."""
+    from transformers import DynamicCache, StaticCache
+
+    config = model.config
+    if getattr(config, "is_encoder_decoder", False):
+        return None
+    if "past_key_values" not in inspect.signature(model.forward).parameters:
+        return None  # e.g. Mamba's cache_params: generate builds it, and it has no sliding layers
+    if generation_config.cache_implementation == "static":
+        max_len = generation_config.max_cache_len or (prompt_len + new_tokens)
+        if max_len < prompt_len + new_tokens:
+            raise UnsupportedError(
+                f"max_cache_len={max_len} cannot hold the capture's prompt ({prompt_len}) plus {new_tokens} tokens"
+            )
+        return full_attention_cache(StaticCache(config=config, max_cache_len=max_len), max_cache_len=max_len)
+    if generation_config.cache_implementation not in (None, "dynamic"):
+        raise UnsupportedError(
+            f"cache_implementation={generation_config.cache_implementation!r} cannot be exported; use 'dynamic' "
+            "(the default) or 'static'"
+        )
+    return full_attention_cache(DynamicCache(config=config))
+
+
+def merge_decode_calls(first: Mapping[str, Any], second: Mapping[str, Any]) -> dict[str, Any]:
+    """Merge two consecutive single-token decode calls into one two-token call from the first one's cache.
+
+    Sequence inputs are concatenated along their last (query) axis, 4D masks along the query axis, a 2D mask and
+    anything else that grows is taken from the second call, the cache from the first.
+    """
+    merged: dict[str, Any] = {}
+    for key, a in first.items():
+        b = second.get(key)
+        if key in _SEQ_KEYS and isinstance(a, torch.Tensor):
+            dim = 1 if key.endswith("input_ids") or key.endswith("inputs_embeds") else a.dim() - 1
+            merged[key] = torch.cat([a, b], dim=dim)
+        elif key in _MASK_KEYS:
+            merged[key] = _merge_mask(a, b)
+        elif is_cache(a):
+            merged[key] = a
+        elif isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and a.shape != b.shape:
+            raise UnsupportedError(f"cannot merge decode kwarg {key!r}: shapes {tuple(a.shape)} and {tuple(b.shape)}")
+        else:
+            merged[key] = a
+    return merged
+
+
+def _merge_mask(a: Any, b: Any) -> Any:
+    if isinstance(a, Mapping):
+        return {k: _merge_mask(a[k], b[k]) for k in a}
+    if isinstance(a, torch.Tensor) and a.dim() == 4:
+        return torch.cat([a, b], dim=2)
+    return b
+
+
+def decompose_prefill_decode(
+    model: torch.nn.Module,
+    inputs: Mapping[str, Any],
+    generation_config: Any = None,
+    multi_token_decode: bool = False,
+) -> dict[str, tuple[torch.nn.Module, dict]]:
+    """Run ``model.generate()`` and capture the prefill and decode forward kwargs.
+
+    Args:
+        model: A generative model.
+        inputs: Generate kwargs (``input_ids``, ``attention_mask``, modality inputs...).
+        generation_config: Forwarded to ``generate`` (default: the model's). ``cache_implementation="static"`` with
+            ``max_cache_len=N`` captures a fixed-size ``StaticCache`` of N positions.
+        multi_token_decode: Capture two decode steps merged into one (symbolic query length).
+
+    Returns:
+        ``{"prefill": (model, kwargs), "decode": (model, kwargs)}``, plus ``"encoder"`` for encoder-decoder models.
+        Neither ``model``, ``inputs`` nor ``generation_config`` is modified.
+    """
+    gen = copy.deepcopy(generation_config if generation_config is not None else model.generation_config)
+    # one token more than the decode needs: a decode captured against a cache of length 1 (an encoder-decoder's
+    # first step) would have that length specialised by torch.export, so such a first step is skipped
+    new_tokens = 4 if multi_token_decode else 3
+    gen.max_new_tokens = new_tokens
+    gen.min_new_tokens = new_tokens
+    gen.do_sample = False
+    gen.num_beams = 1
+    kwargs = dict(inputs)
+    ids = kwargs.get("input_ids")
+    batch = ids.shape[0] if isinstance(ids, torch.Tensor) else 1
+    prompt_len = ids.shape[-1] if isinstance(ids, torch.Tensor) else 0
+    cache = _build_cache(model, gen, batch, prompt_len, new_tokens)
+    if cache is not None:
+        kwargs["past_key_values"] = cache
+        gen.cache_implementation = None
+        gen.max_cache_len = None
+    encoder = _encoder_of(model)
+    recorder = _Recorder(model)
+    encoder_recorder = _Recorder(encoder) if encoder is not None else None
+    attrs_before = set(vars(model))
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            model.generate(**kwargs, generation_config=gen)
+    finally:
+        recorder.remove()
+        if encoder_recorder is not None:
+            encoder_recorder.remove()
+        for name in set(vars(model)) - attrs_before:
+            delattr(model, name)
+        model.train(was_training)
+    calls = recorder.calls
+    if multi_token_decode and any(_has_recurrent_state(v) for v in calls[-1].values()):
+        raise UnsupportedError(
+            f"multi_token_decode is not supported for {type(model).__name__}: its forward restarts the state-space "
+            "scan from a zero state when given more than one token with a cache (transformers runs the recurrent "
+            "update only for one token at a time), so a merged decode would not continue the sequence. Use "
+            "multi_token_decode=False."
+        )
+    needed = 1 + (2 if multi_token_decode else 1)
+    if len(calls) < needed:
+        raise UnsupportedError(
+            f"capturing generate() of {type(model).__name__} saw {len(calls)} forward call(s), expected {needed} "
+            "(prefill, then decode): the model's generate() does not call its own forward for each step (it may "
+            "delegate to an inner model); call decompose_prefill_decode on the module that generate() runs"
+        )
+    first = 1 if _cache_length(calls[1]) >= 2 or len(calls) <= needed else 2
+    decode = merge_decode_calls(calls[first], calls[first + 1]) if multi_token_decode else calls[first]
+    out: dict[str, tuple[torch.nn.Module, dict]] = {}
+    if encoder_recorder is not None and encoder_recorder.calls:
+        out["encoder"] = (encoder, encoder_recorder.calls[0])
+    out["prefill"] = (model, calls[0])
+    out["decode"] = (model, decode)
+    return out
+
+
+def _has_recurrent_state(value: Any) -> bool:
+    layers = getattr(value, "layers", None) if is_cache(value) else None
+    return bool(layers) and any(hasattr(layer, "recurrent_states") for layer in layers)
+
+
+def _cache_length(call: Mapping[str, Any]) -> int:
+    for value in call.values():
+        if is_cache(value) and hasattr(value, "get_seq_length"):
+            try:
+                return int(value.get_seq_length())
+            except (TypeError, ValueError, AttributeError, IndexError):
+                return 2
+    return 2
+
+
+def _encoder_of(model: torch.nn.Module) -> torch.nn.Module | None:
+    if not getattr(getattr(model, "config", None), "is_encoder_decoder", False):
+        return None
+    get_encoder = getattr(model, "get_encoder", None)
+    return get_encoder() if callable(get_encoder) else None
+
+
+def decompose_for_generation(
+    model: torch.nn.Module,
+    inputs: Mapping[str, Any],
+    generation_config: Any = None,
+    multi_token_decode: bool = False,
+) -> dict[str, tuple[torch.nn.Module, dict]]:
+    """Decompose a generative model into independently exportable ``(module, forward_kwargs)`` pairs.
+
+    Keys: ``prefill``/``decode`` (and ``encoder`` for encoder-decoder models); for multimodal models, the
+    prefill is further split by :func:`hfexport.utils.decompose_multimodal`.
+
+    Example:
+        >>> components = decompose_for_generation(model, tokenizer(["Hi"], return_tensors="pt"))
+        >>> sorted(components)
+        ['decode', 'prefill']
+    """
+    from .multimodal import is_multimodal
+
+    components = decompose_prefill_decode(model, inputs, generation_config, multi_token_decode)
+    if is_multimodal(model):
+        from .multimodal import decompose_multimodal
+
+        prefill_model, prefill_inputs = components.pop("prefill")
+        decode = components.pop("decode")
+        parts = decompose_multimodal(prefill_model, prefill_inputs)
+        components.update(parts)
+        components["decode"] = decode
+    return components

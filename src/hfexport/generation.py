@@ -1,0 +1,350 @@
+"""``ExportedModel.generate``: the decode loop over the exported components alone (no source model needed).
+
+Each step's kwargs are rebuilt the way ``generate()`` built the ones the graphs were traced with: the next token,
+the grown 2D mask (dynamic cache) or the 4D slot masks (static cache, one per attention kind), positions from the
+mask, and the cache the previous step returned. Token selection reuses transformers' logits warpers.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import torch
+import torch.utils._pytree as pytree
+
+from .errors import UnsupportedError
+from .metadata import load_spec
+from .runner import torch_dtype
+
+__all__ = ["generate"]
+
+_GEN_KEYS = ("max_new_tokens", "eos_token_id", "pad_token_id", "do_sample", "temperature", "top_k", "top_p",
+             "decoder_start_token_id", "min_new_tokens")
+
+
+def _generation_config(exported: Any, kwargs: dict) -> Any:
+    from transformers import GenerationConfig
+
+    base = exported.generation_config
+    gen = copy.deepcopy(base) if base is not None else GenerationConfig()
+    overrides = {k: kwargs.pop(k) for k in list(kwargs) if k in _GEN_KEYS}
+    explicit = kwargs.pop("generation_config", None)
+    if explicit is not None:
+        gen = copy.deepcopy(explicit)
+    for key, value in overrides.items():
+        setattr(gen, key, value)
+    if gen.max_new_tokens is None:
+        gen.max_new_tokens = 20
+    if getattr(gen, "num_beams", 1) not in (None, 1):
+        raise UnsupportedError("beam search is not supported by ExportedModel.generate on this backend; use num_beams=1")
+    return gen
+
+
+def _eos_ids(gen: Any) -> torch.Tensor | None:
+    eos = gen.eos_token_id
+    if eos is None:
+        return None
+    return torch.tensor(eos if isinstance(eos, list) else [eos], dtype=torch.long)
+
+
+def _warpers(gen: Any) -> Any:
+    from transformers.generation.logits_process import (
+        LogitsProcessorList,
+        TemperatureLogitsWarper,
+        TopKLogitsWarper,
+        TopPLogitsWarper,
+    )
+
+    warpers = LogitsProcessorList()
+    if gen.do_sample:
+        if gen.temperature is not None and gen.temperature != 1.0:
+            warpers.append(TemperatureLogitsWarper(gen.temperature))
+        if gen.top_k is not None and gen.top_k != 0:
+            warpers.append(TopKLogitsWarper(top_k=gen.top_k))
+        if gen.top_p is not None and gen.top_p < 1.0:
+            warpers.append(TopPLogitsWarper(top_p=gen.top_p))
+    return warpers
+
+
+class _Selector:
+    """Picks the next token of every row and tracks which rows have finished."""
+
+    def __init__(self, gen: Any, batch: int):
+        self.gen = gen
+        self.eos = _eos_ids(gen)
+        self.pad = gen.pad_token_id if gen.pad_token_id is not None else (int(self.eos[0]) if self.eos is not None else 0)
+        self.unfinished = torch.ones(batch, dtype=torch.bool)
+        self.warpers = _warpers(gen)
+
+    def __call__(self, sequences: torch.Tensor, logits: torch.Tensor) -> torch.Tensor:
+        logits = logits.float()
+        if self.gen.do_sample:
+            scores = self.warpers(sequences, logits)
+            token = torch.multinomial(torch.softmax(scores, dim=-1), num_samples=1).squeeze(1)
+        else:
+            token = logits.argmax(dim=-1)
+        token = torch.where(self.unfinished, token, torch.full_like(token, self.pad))
+        if self.eos is not None:
+            self.unfinished &= ~torch.isin(token, self.eos)
+        return token
+
+
+# --- building step inputs ---------------------------------------------------------------------------------------
+
+
+class _Component:
+    """A runner plus what its traced inputs look like."""
+
+    def __init__(self, exported: Any, name: str):
+        self.name = name
+        self.runner = exported.runner(name)
+        self.metadata = exported.components[name].metadata
+        self.kwargs = self.metadata.kwargs
+
+    @property
+    def cache_key(self) -> str | None:
+        return next((k for k, v in self.kwargs.items() if v.get("kind") == "cache"), None)
+
+    def takes(self, key: str) -> bool:
+        return key in self.kwargs and self.kwargs[key].get("kind") not in ("flag",)
+
+    def mask_kind(self, key: str = "attention_mask") -> str:
+        info = self.kwargs.get(key, {})
+        if info.get("kind") == "tensor":
+            return "2d" if info.get("ndim") == 2 else "4d"
+        if info.get("kind") == "pytree":
+            return "dict"
+        return "none"
+
+    def mask_keys(self, key: str = "attention_mask") -> list[str]:
+        prefix = f"{key}."
+        return [s.name[len(prefix):] for s in self.metadata.inputs if s.name.startswith(prefix)]
+
+    def initial_cache(self, batch: int) -> Any:
+        """An empty cache shaped like the traced one (batch from the call, the rest from the trace)."""
+        key = self.cache_key
+        spec = load_spec(self.metadata.in_spec)
+        keys = list(self.kwargs)
+        if key is None:
+            return None
+        child = spec.child(keys.index(key))
+        prefix = f"{key}."
+        leaves = []
+        for s in self.metadata.inputs:
+            if not s.name.startswith(prefix):
+                continue
+            shape = list(s.example_shape or [d if isinstance(d, int) else 1 for d in s.shape])
+            if shape and not s.name.endswith("cumulative_length"):
+                if isinstance(s.shape[0], int) and s.shape[0] != batch:
+                    raise UnsupportedError(
+                        f"the {self.name} graph was traced for batch {s.shape[0]} (static shapes); got batch {batch}"
+                    )
+                shape[0] = batch
+            leaves.append(torch.zeros(shape, dtype=torch_dtype(s.dtype)))
+        return pytree.tree_unflatten(leaves, child)
+
+    def cache_capacity(self) -> int | None:
+        """Positions a static (self-attention) cache holds, ``None`` for a growing cache."""
+        key = self.cache_key
+        kind = self.kwargs.get(key, {}).get("type") if key else None
+        if kind == "StaticCache":
+            prefix = f"{key}.layers."
+        elif kind == "EncoderDecoderCache" and self._static_layers(f"{key}.self_attention_cache"):
+            prefix = f"{key}.self_attention_cache.layers."
+        else:
+            return None
+        for s in self.metadata.inputs:
+            if s.name.startswith(prefix) and s.name.endswith(".keys") and s.example_shape:
+                return int(s.example_shape[-2])
+        return None
+
+    def _static_layers(self, prefix: str) -> bool:
+        return any(s.name.startswith(prefix) and s.name.endswith("cumulative_length") for s in self.metadata.inputs)
+
+
+def _positions(mask2d: torch.Tensor) -> torch.Tensor:
+    return (mask2d.long().cumsum(-1) - 1).clamp_min(0)
+
+
+def _slot_masks(kind: str, keys: list[str], valid: torch.Tensor, q_slots: torch.Tensor, window: int | None) -> Any:
+    """4D boolean masks ``[b, 1, q, K]`` over cache slots: causal, minus padding, minus out-of-window for sliding."""
+    capacity = valid.shape[-1]
+    slots = torch.arange(capacity)
+    causal = slots[None, :] <= q_slots[:, None]
+    full = causal[None, None] & valid[:, None, None, :]
+    if kind == "4d":
+        return full
+    masks = {}
+    for key in keys:
+        if "sliding" in key and window is not None:
+            in_window = (q_slots[:, None] - slots[None, :]) < window
+            masks[key] = full & in_window[None, None]
+        else:
+            masks[key] = full
+    return masks
+
+
+def generate(exported: Any, **kwargs: Any) -> torch.Tensor:
+    """Generate token ids with the exported components; returns what ``model.generate`` returns.
+
+    Args:
+        exported: An :class:`~hfexport.ExportedModel` from ``export_for_generation``.
+        kwargs: The processor's output (``input_ids``, ``attention_mask``, ...) and generation arguments
+            (``max_new_tokens``, ``eos_token_id``, ``pad_token_id``, ``do_sample``, ``temperature``, ``top_k``,
+            ``top_p``, ``streamer``, ``generation_config``).
+    """
+    streamer = kwargs.pop("streamer", None)
+    gen = _generation_config(exported, kwargs)
+    if "encoder" in exported.components:
+        return _generate_encoder_decoder(exported, gen, streamer, kwargs)
+    if "language_model" in exported.components:
+        from .generation_multimodal import generate_multimodal
+
+        return generate_multimodal(exported, gen, streamer, kwargs)
+    if "prefill" not in exported.components or "decode" not in exported.components:
+        raise UnsupportedError(
+            f"generate() needs the components of export_for_generation; this export has {list(exported.components)}"
+        )
+    return _generate_decoder(exported, gen, streamer, kwargs)
+
+
+def _generate_decoder(exported: Any, gen: Any, streamer: Any, inputs: dict) -> torch.Tensor:
+    prefill, decode = _Component(exported, "prefill"), _Component(exported, "decode")
+    input_ids = inputs.pop("input_ids")
+    batch, prompt_len = input_ids.shape
+    mask2d = inputs.pop("attention_mask", None)
+    mask2d = torch.ones_like(input_ids) if mask2d is None else mask2d.long()
+    capacity = decode.cache_capacity()
+    if capacity is not None and prompt_len + gen.max_new_tokens > capacity:
+        raise UnsupportedError(
+            f"prompt ({prompt_len}) + max_new_tokens ({gen.max_new_tokens}) exceed the exported static cache "
+            f"({capacity} positions); re-export with a larger max_cache_len"
+        )
+    window = getattr(exported.config, "sliding_window", None) if exported.config is not None else None
+    valid = torch.zeros(batch, capacity, dtype=torch.bool) if capacity is not None else None
+    if valid is not None:
+        valid[:, :prompt_len] = mask2d.bool()
+
+    def step_kwargs(component: _Component, ids: torch.Tensor, start: int, cache: Any, extra: dict) -> dict:
+        q = ids.shape[-1]
+        call = dict(extra)
+        call["input_ids"] = ids
+        if component.takes("position_ids"):
+            call["position_ids"] = _positions(mask2d)[:, start : start + q]
+        if component.takes("cache_position"):
+            call["cache_position"] = torch.arange(start, start + q)
+        kind = component.mask_kind()
+        if kind == "2d":
+            call["attention_mask"] = mask2d[:, : start + q]
+        elif kind in ("4d", "dict"):
+            call["attention_mask"] = _slot_masks(kind, component.mask_keys(), valid, torch.arange(start, start + q), window)
+        if component.cache_key:
+            call[component.cache_key] = cache
+        return call
+
+    selector = _Selector(gen, batch)
+    cache = prefill.initial_cache(batch)
+    out = prefill.runner(**step_kwargs(prefill, input_ids, 0, cache, inputs))
+    sequences = input_ids
+    if streamer is not None:
+        streamer.put(input_ids.cpu())
+    for step in range(gen.max_new_tokens):
+        token = selector(sequences, out.logits[:, -1, :])
+        sequences = torch.cat([sequences, token[:, None]], dim=-1)
+        if streamer is not None:
+            streamer.put(token.cpu())
+        if not selector.unfinished.any() or step == gen.max_new_tokens - 1:
+            break
+        position = prompt_len + step
+        mask2d = torch.cat([mask2d, torch.ones(batch, 1, dtype=mask2d.dtype)], dim=-1)
+        if valid is not None:
+            valid[:, position] = True
+        cache = getattr(out, prefill.cache_key) if prefill.cache_key else None
+        out = decode.runner(**step_kwargs(decode, token[:, None], position, cache, inputs))
+    if streamer is not None:
+        streamer.end()
+    return sequences
+
+
+def _generate_encoder_decoder(exported: Any, gen: Any, streamer: Any, inputs: dict) -> torch.Tensor:
+    encoder, prefill, decode = (_Component(exported, n) for n in ("encoder", "prefill", "decode"))
+    inputs = _pad_to_cross_cache(decode, inputs)
+    encoder_outputs = encoder.runner(**inputs)
+    main = inputs.get("input_ids", inputs.get("input_features", inputs.get("inputs_embeds")))
+    batch = main.shape[0]
+    start = gen.decoder_start_token_id
+    if start is None:
+        raise UnsupportedError("generation_config.decoder_start_token_id is not set; pass decoder_start_token_id=")
+    decoder_ids = torch.full((batch, 1), int(start), dtype=torch.long)
+    extra = {k: v for k, v in inputs.items() if k == "attention_mask"}
+
+    capacity = decode.cache_capacity()
+    if capacity is not None and 1 + gen.max_new_tokens > capacity:
+        raise UnsupportedError(
+            f"max_new_tokens ({gen.max_new_tokens}) exceeds the exported static decoder cache ({capacity} positions); "
+            "re-export with a larger max_cache_len"
+        )
+
+    def step_kwargs(component: _Component, ids: torch.Tensor, start: int, cache: Any) -> dict:
+        call = dict(extra)
+        call["decoder_input_ids"] = ids
+        call["encoder_outputs"] = encoder_outputs
+        kind = component.mask_kind("decoder_attention_mask")
+        if kind == "2d":
+            call["decoder_attention_mask"] = torch.ones(batch, start + ids.shape[-1], dtype=torch.long)
+        elif kind in ("4d", "dict"):
+            valid = torch.zeros(batch, capacity, dtype=torch.bool)
+            valid[:, : start + ids.shape[-1]] = True
+            q_slots = torch.arange(start, start + ids.shape[-1])
+            call["decoder_attention_mask"] = _slot_masks(kind, component.mask_keys("decoder_attention_mask"), valid,
+                                                         q_slots, None)
+        if component.cache_key:
+            call[component.cache_key] = cache
+        return call
+
+    selector = _Selector(gen, batch)
+    out = prefill.runner(**step_kwargs(prefill, decoder_ids, 0, prefill.initial_cache(batch)))
+    sequences = decoder_ids
+    for step in range(gen.max_new_tokens):
+        token = selector(sequences, out.logits[:, -1, :])
+        sequences = torch.cat([sequences, token[:, None]], dim=-1)
+        if streamer is not None:
+            streamer.put(token.cpu())
+        if not selector.unfinished.any() or step == gen.max_new_tokens - 1:
+            break
+        out = decode.runner(**step_kwargs(decode, token[:, None], step + 1, getattr(out, prefill.cache_key)))
+    if streamer is not None:
+        streamer.end()
+    if exported.components["prefill"].metadata.architecture in _RETURNS_NEW_TOKENS_ONLY:
+        return sequences[:, 1:]
+    return sequences
+
+
+def _pad_to_cross_cache(component: _Component, inputs: dict) -> dict:
+    """A static cross-attention cache pins the encoder length: right-pad the encoder inputs to it, masked out."""
+    key = component.cache_key
+    cross = f"{key}.cross_attention_cache."
+    lengths = [s.example_shape[-2] for s in component.metadata.inputs
+               if s.name.startswith(cross) and s.name.endswith(".keys") and s.example_shape]
+    ids, mask = inputs.get("input_ids"), inputs.get("attention_mask")
+    if ids is None or not lengths or not component._static_layers(cross.rstrip(".")):
+        return inputs
+    target = int(lengths[0])
+    extra = target - ids.shape[-1]
+    if extra < 0:
+        raise UnsupportedError(
+            f"the encoder input has {ids.shape[-1]} tokens but the exported static cross-attention cache holds "
+            f"{target}; re-export with a sample input at least that long"
+        )
+    if extra == 0:
+        return inputs
+    padded = dict(inputs)
+    padded["input_ids"] = torch.cat([ids, torch.zeros((ids.shape[0], extra), dtype=ids.dtype)], dim=-1)
+    mask = torch.ones_like(ids) if mask is None else mask
+    padded["attention_mask"] = torch.cat([mask, torch.zeros((mask.shape[0], extra), dtype=mask.dtype)], dim=-1)
+    return padded
+
+
+# generate() of these drops the decoder prompt and returns only the new tokens
+_RETURNS_NEW_TOKENS_ONLY = ("WhisperForConditionalGeneration",)
