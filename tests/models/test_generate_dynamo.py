@@ -121,3 +121,58 @@ def test_sampling_is_reproducible_with_a_seed_and_respects_top_k():
     torch.manual_seed(7)
     c = exported.generate(**prompt, max_new_tokens=10, do_sample=True, temperature=1.5)
     assert torch.equal(b, c)
+
+
+def test_per_component_configs_must_name_every_component():
+    from hfexport import ConfigError
+
+    case = TINY_CASES["llama"]
+    model = case.build()
+    with pytest.raises(ConfigError) as info:
+        DynamoExporter().export_for_generation(model, _text_inputs(case, 2, 6), {"prefill": DynamoConfig(),
+                                                                                 "encoder": DynamoConfig()})
+    text = str(info.value)
+    assert "'decode'" in text and "'encoder' is not a component" in text
+    exported = DynamoExporter().export_for_generation(
+        model, _text_inputs(case, 2, 6), {"prefill": DynamoConfig(dynamic=True), "decode": DynamoConfig()}
+    )
+    assert isinstance(exported.components["prefill"].metadata.inputs[0].shape[1], str)  # dynamic
+    assert exported.components["decode"].metadata.inputs[0].shape == [2, 1]  # static
+
+
+def test_a_failing_component_is_named_with_its_inputs(monkeypatch):
+    from hfexport import ExportError
+
+    case = TINY_CASES["llama"]
+    model = case.build()
+    real = DynamoExporter.export_program
+
+    def fail_on_decode(self, submodel, inputs, config):
+        if "past_key_values" in inputs and inputs["input_ids"].shape[-1] == 1:
+            raise RuntimeError("boom in decode")
+        return real(self, submodel, inputs, config)
+
+    monkeypatch.setattr(DynamoExporter, "export_program", fail_on_decode)
+    with pytest.raises(ExportError) as info:
+        DynamoExporter().export_for_generation(model, _text_inputs(case, 2, 6), DynamoConfig(dynamic=True))
+    assert info.value.component == "decode" and info.value.submodule == "LlamaForCausalLM"
+    assert "past_key_values" in info.value.input_keys and "boom in decode" in str(info.value)
+
+
+def test_capture_leaves_model_inputs_and_generation_config_unchanged():
+    from hfexport.utils import decompose_prefill_decode
+
+    case = TINY_CASES["gemma3"]
+    model = case.build()
+    gen = _generation_config(model, "static")
+    gen_before = gen.to_dict()
+    model_gen_before = model.generation_config.to_dict()
+    inputs = _text_inputs(case, 2, 6)
+    snapshot = {k: v.clone() for k, v in inputs.items()}
+    attrs = set(vars(model))
+    parts = decompose_prefill_decode(model, inputs, gen, multi_token_decode=True)
+    assert gen.to_dict() == gen_before and model.generation_config.to_dict() == model_gen_before
+    assert set(vars(model)) == attrs
+    assert all(torch.equal(inputs[k], v) for k, v in snapshot.items())
+    assert parts["decode"][1]["input_ids"].shape == (2, 2)  # two decode steps merged
+    assert type(parts["decode"][1]["past_key_values"].layers[0]).__name__ == "StaticLayer"  # no sliding layer
