@@ -19,7 +19,22 @@ def versions(monkeypatch):
     """Replaces the metadata lookup: every tested distribution is installed at its pin unless overridden."""
     installed = dict(TESTED)
     monkeypatch.setattr(env, "_installed_version", lambda dist: installed.get(dist))
+    monkeypatch.setattr(env, "_backend_shipped", lambda name: True)  # every backend package present
     return installed
+
+
+def test_a_backend_this_release_lacks_is_not_usable_and_says_so(versions, monkeypatch):
+    monkeypatch.setattr(env, "_backend_shipped", lambda name: name != "openvino")
+    report = environment_report()
+    assert report["backends"]["openvino"]["usable"] is False
+    assert report["backends"]["openvino"]["implemented"] is False
+    assert report["backends"]["dynamo"]["usable"] is True
+    assert "not in this hfexport release yet" in format_report(report)
+
+
+def test_backend_package_lookup_is_real():
+    assert env._backend_shipped("dynamo") is True
+    assert env._backend_shipped("not-a-backend") is True  # extras that are not backends are never gated
 
 
 def test_a_tested_environment_is_all_ok_and_usable(versions):
@@ -64,7 +79,7 @@ def test_a_really_absent_distribution_is_missing():
     report = environment_report(tested={"hfexport-no-such-dist": "1.0", "packaging": "0.1"},
                                 extras={"fake": ["hfexport-no-such-dist"], "real": ["packaging"]})
     assert report["dependencies"]["hfexport-no-such-dist"]["status"] == "missing"
-    assert report["backends"]["fake"] == {"usable": False, "requires": ["hfexport-no-such-dist"],
+    assert report["backends"]["fake"] == {"usable": False, "implemented": True, "requires": ["hfexport-no-such-dist"],
                                           "missing": ["hfexport-no-such-dist"], "drift": [],
                                           "pip": "pip install 'hfexport-no-such-dist==1.0'"}
     assert report["dependencies"]["packaging"]["status"] == "drift"

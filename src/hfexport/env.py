@@ -66,6 +66,18 @@ def _cpu() -> dict[str, object]:
             "flags": [f for f in _CPU_FLAGS if f in flags]}
 
 
+def _backend_shipped(name: str) -> bool:
+    """Whether this hfexport release has the backend package (found without importing it or its runtime)."""
+    if name not in ("dynamo", "onnx", "executorch", "openvino"):
+        return True
+    import importlib.util
+
+    try:
+        return importlib.util.find_spec(f"hfexport.backends.{name}") is not None
+    except ModuleNotFoundError:
+        return False
+
+
 def environment_report(
     tested: Mapping[str, str] | None = None, extras: Mapping[str, Sequence[str]] | None = None
 ) -> dict:
@@ -96,8 +108,10 @@ def environment_report(
     backends = {}
     for backend, needs in extras.items():
         missing = [d for d in needs if dependencies[d]["status"] == "missing"]
+        shipped = _backend_shipped(backend)
         backends[backend] = {
-            "usable": not missing,
+            "usable": not missing and shipped,
+            "implemented": shipped,
             "requires": needs,
             "missing": missing,
             "drift": [d for d in needs if dependencies[d]["status"] == "drift"],
@@ -151,7 +165,9 @@ def format_report(report: Mapping) -> str:
     lines.append("")
     rows = []
     for name, b in report["backends"].items():
-        if not b["usable"]:
+        if not b.get("implemented", True):
+            note = "not in this hfexport release yet"
+        elif not b["usable"]:
             note = b["pip"]
         elif b["drift"]:
             note = "untested versions: " + ", ".join(f"{d} {deps[d]['installed']}" for d in b["drift"])
