@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from collections.abc import MutableMapping
 from pathlib import Path
 from typing import Any
@@ -9,6 +10,7 @@ from typing import Any
 import torch
 
 from ...capture.caches import register_cache_classes
+from .safety import check_archive_pickles, example_inputs_are_safe, safe_globals
 from ...configs import DynamoConfig, ExportFormat
 from ...exporter import HfExporter
 from ...metadata import ExportMetadata
@@ -43,8 +45,25 @@ class DynamoExporter(HfExporter):
         return ".pt2"
 
     def save_program(self, program: torch.export.ExportedProgram, path: str | Path) -> None:
+        """``torch.export.save``; sample inputs that only a full unpickle could read back are left out.
+
+        ``load_program`` refuses full unpickles, and a ``ModelOutput`` (e.g. an encoder-decoder's
+        ``encoder_outputs``) is such an object; a static cache template (the spec's decode loop) is not.
+        """
+        if not example_inputs_are_safe(program, safe_globals()):
+            program = copy.copy(program)
+            program._example_inputs = None
         torch.export.save(program, str(path))
 
     def load_program(self, path: str | Path) -> torch.export.ExportedProgram:
+        """Load a ``.pt2``, refusing any pickled object outside the allowed cache/output classes.
+
+        ``torch.export.load`` retries a failed ``weights_only`` unpickle of the sample inputs with a full unpickle,
+        which can run code from a tampered file; we check every pickle in the archive first, then load with the
+        transformers cache and output classes allowed, so that retry never happens.
+        """
         register_cache_classes()
-        return torch.export.load(str(path))
+        allowed = safe_globals()
+        check_archive_pickles(Path(path), allowed)
+        with torch.serialization.safe_globals(allowed):
+            return torch.export.load(str(path))
