@@ -1,12 +1,13 @@
 """Lower-level functions behind the exporters (import path kept as in the spec: ``hfexport.utils``)."""
 
 from .capture.decompose import decompose_for_generation, decompose_prefill_decode
-from .capture.multimodal import is_multimodal
+from .capture.multimodal import decompose_multimodal, is_multimodal
 from .capture.prepare import get_leaf_tensors, patch_model_config, prepare_for_export, register_export_input_preparer
 
 __all__ = [
     "decompose_for_generation",
     "decompose_prefill_decode",
+    "decompose_multimodal",
     "is_multimodal",
     "get_leaf_tensors",
     "prepare_for_export",

@@ -242,11 +242,13 @@ def decompose_for_generation(
 
     components = decompose_prefill_decode(model, inputs, generation_config, multi_token_decode)
     if is_multimodal(model):
-        from .multimodal import decompose_multimodal
+        from .multimodal import decompose_multimodal, with_modality_inputs
 
         prefill_model, prefill_inputs = components.pop("prefill")
         decode = components.pop("decode")
-        parts = decompose_multimodal(prefill_model, prefill_inputs)
+        # generate() ran the encoders before the first forward and passed mm_encoder_outputs: give the modality
+        # inputs back so that the captured forward runs (and shows) the encoders
+        parts = decompose_multimodal(prefill_model, with_modality_inputs(prefill_model, prefill_inputs, inputs))
         components.update(parts)
         components["decode"] = decode
     return components

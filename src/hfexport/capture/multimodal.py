@@ -1,14 +1,52 @@
-"""Multimodal models: find the modality encoders, projector, language model and lm_head, and capture each one."""
+"""Multimodal models: find the modality encoders, projector, language model and lm_head, and capture each one.
+
+:func:`decompose_multimodal` runs one real forward with a pre-hook on every known submodule and keeps each one's
+call kwargs. The glue between them stays in Python, shared with :mod:`hfexport.generation_multimodal` so that the
+capture checks exactly what generation later does: the text embedding lookup (its own small ``embed_tokens``
+graph: the language model is called with ``inputs_embeds``), the choice of the vision feature fed to the projector,
+and the token merge (``masked_scatter`` of the image features at the image-token positions).
+
+Encoders whose ``forward`` derives tensors from ``grid_thw`` with data-dependent Python (Qwen2-VL's rotary
+positions and packed-sequence offsets) are captured with those tensors precomputed and passed in as inputs, the
+way transformers' ``vision_utils`` helpers accept them; :data:`VISION_PRECOMPUTE` lists the model types.
+"""
 
 from __future__ import annotations
 
+import copy
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
 
-__all__ = ["is_multimodal", "MODALITIES"]
+from ..errors import UnsupportedError
+from .caches import is_cache
+from .decompose import _Recorder
+
+__all__ = [
+    "ENCODER_INPUT_ALIASES",
+    "MODALITIES",
+    "PROJECTOR_NAMES",
+    "VISION_PRECOMPUTE",
+    "decompose_multimodal",
+    "encoder_inputs",
+    "image_features",
+    "image_token_id",
+    "is_multimodal",
+    "merge_image_features",
+    "with_modality_inputs",
+]
 
 MODALITIES = ("image", "audio")
+#: Attribute names a projector is found under (on the model or its base model), in the spec's order.
+PROJECTOR_NAMES = ("multi_modal_projector", "connector", "embed_vision", "embed_audio")
+#: Encoder kwarg -> the generate() input it is fed from, where the names differ.
+ENCODER_INPUT_ALIASES = {"hidden_states": "pixel_values", "grid_thw": "image_grid_thw"}
+_MODALITY_INPUTS = ("pixel_values", "image_grid_thw", "image_sizes", "input_features", "feature_attention_mask",
+                    "input_features_mask", "pixel_values_videos", "video_grid_thw")
+
+
+# --- finding the parts ------------------------------------------------------------------------------------------
 
 
 def _encoder_for(model: torch.nn.Module, modality: str) -> torch.nn.Module | None:
@@ -26,6 +64,10 @@ def is_multimodal(model: Any) -> bool:
     """True when the model has a modality encoder (image or audio) and a language model.
 
     A bare ``nn.Module`` (no ``get_encoder``/``get_decoder`` accessors) is not multimodal.
+
+    Example:
+        >>> is_multimodal(TINY_CASES["llava"].build()), is_multimodal(torch.nn.Linear(2, 2))
+        (True, False)
     """
     from transformers import PreTrainedModel
 
@@ -35,3 +77,300 @@ def is_multimodal(model: Any) -> bool:
     if not callable(get_decoder):
         return False
     return any(_encoder_for(model, m) is not None for m in MODALITIES)
+
+
+def _projectors(model: torch.nn.Module) -> dict[str, torch.nn.Module]:
+    owners = [model, getattr(model, "model", None), getattr(model, "base_model", None)]
+    found: dict[str, torch.nn.Module] = {}
+    for name in PROJECTOR_NAMES:
+        for owner in owners:
+            module = getattr(owner, name, None) if owner is not None else None
+            if isinstance(module, torch.nn.Module):
+                found[name] = module
+                break
+    return found
+
+
+def _submodules(model: torch.nn.Module) -> dict[str, torch.nn.Module]:
+    """The known multimodal parts, in the order generation runs them."""
+    parts: dict[str, torch.nn.Module] = {}
+    for modality in MODALITIES:
+        encoder = _encoder_for(model, modality)
+        if encoder is not None and all(encoder is not m for m in parts.values()):
+            parts[f"{modality}_encoder"] = encoder
+    parts.update(_projectors(model))
+    get_embeddings = getattr(model, "get_input_embeddings", None)
+    embed = get_embeddings() if callable(get_embeddings) else None
+    if isinstance(embed, torch.nn.Module):
+        parts["embed_tokens"] = embed
+    get_decoder = getattr(model, "get_decoder", None)
+    decoder = get_decoder() if callable(get_decoder) else None
+    if isinstance(decoder, torch.nn.Module) and decoder is not model:
+        parts["language_model"] = decoder
+    head = getattr(model, "lm_head", None)
+    if not isinstance(head, torch.nn.Module) and callable(getattr(model, "get_output_embeddings", None)):
+        head = model.get_output_embeddings()
+    if isinstance(head, torch.nn.Module):
+        parts["lm_head"] = head
+    return parts
+
+
+_SEARCHED = (
+    f"get_encoder(modality=...) for {'/'.join(MODALITIES)}, get_decoder(), projector attributes "
+    f"{', '.join(PROJECTOR_NAMES)} (on the model and its base model), get_input_embeddings(), lm_head"
+)
+
+
+# --- the glue, shared with generation ----------------------------------------------------------------------------
+
+
+def image_token_id(config: Any) -> int:
+    """The placeholder id the image features replace (``image_token_id`` or LLaVA's ``image_token_index``)."""
+    for name in ("image_token_id", "image_token_index"):
+        value = getattr(config, name, None)
+        if value is not None:
+            return int(value)
+    raise UnsupportedError(f"{type(config).__name__} has neither image_token_id nor image_token_index")
+
+
+def _qwen2_vl_vision_inputs(config: Any, grid_thw: torch.Tensor) -> dict[str, torch.Tensor]:
+    from transformers.vision_utils import get_vision_cu_seqlens, get_vision_position_ids
+
+    merge = config.vision_config.spatial_merge_size
+    return {"position_ids": get_vision_position_ids(grid_thw, merge), "cu_seqlens": get_vision_cu_seqlens(grid_thw)}
+
+
+#: model_type -> ``fn(config, grid_thw)`` giving the data-dependent vision-encoder tensors, computed outside the graph.
+VISION_PRECOMPUTE: dict[str, Callable[[Any, torch.Tensor], dict[str, torch.Tensor]]] = {
+    "qwen2_vl": _qwen2_vl_vision_inputs,
+}
+
+
+class _GridEncoder(torch.nn.Module):
+    """A ``(hidden_states, grid_thw, **precomputed)`` vision encoder with the precomputed tensors as named inputs.
+
+    The named signature is what ``torch.export`` needs to give them dynamic shapes (it cannot for keys that go into
+    ``**kwargs``); the encoder's own ``vision_utils`` helpers pop them instead of recomputing them.
+    """
+
+    def __init__(self, encoder: torch.nn.Module):
+        super().__init__()
+        self.encoder = encoder
+
+    @property
+    def config(self) -> Any:
+        return self.encoder.config
+
+    def forward(self, hidden_states: torch.Tensor, grid_thw: torch.Tensor, position_ids: torch.Tensor,
+                cu_seqlens: torch.Tensor) -> Any:
+        return self.encoder(hidden_states, grid_thw, position_ids=position_ids, cu_seqlens=cu_seqlens)
+
+
+def encoder_inputs(config: Any, traced_keys: list[str], inputs: Mapping[str, Any]) -> dict[str, Any]:
+    """The encoder's tensor kwargs from generate()-style ``inputs`` (``pixel_values``, ``image_grid_thw``, ...),
+    plus the tensors :data:`VISION_PRECOMPUTE` derives for the model type."""
+    call: dict[str, Any] = {}
+    precompute = VISION_PRECOMPUTE.get(getattr(config, "model_type", None))
+    grid = inputs.get("image_grid_thw")
+    extra = precompute(config, grid) if precompute is not None and grid is not None else {}
+    for key in traced_keys:
+        source = ENCODER_INPUT_ALIASES.get(key, key)
+        if key in extra:
+            call[key] = extra[key]
+        elif isinstance(inputs.get(source), torch.Tensor):
+            call[key] = inputs[source]
+    return call
+
+
+def _select_vision_feature(config: Any, output: Any) -> torch.Tensor:
+    """What LLaVA-style ``get_image_features`` feeds the projector: a chosen hidden state, CLS token dropped."""
+    layer = getattr(config, "vision_feature_layer", None)
+    strategy = getattr(config, "vision_feature_select_strategy", None)
+    hidden = getattr(output, "hidden_states", None)
+    if layer is None or hidden is None:
+        features = [output.last_hidden_state if hasattr(output, "last_hidden_state") else output]
+    else:
+        features = [hidden[i] for i in ([layer] if isinstance(layer, int) else layer)]
+    if strategy == "default":
+        features = [f[:, 1:] for f in features]
+    return features[0] if len(features) == 1 else torch.cat(features, dim=-1)
+
+
+def image_features(config: Any, encoder_output: Any, projector: Callable[[torch.Tensor], Any] | None) -> torch.Tensor:
+    """The image features as ``[tokens, hidden]``: projected when a projector exists, else the encoder's pooled
+    (already merged) output."""
+    if projector is not None:
+        features = projector(_select_vision_feature(config, encoder_output))
+    else:
+        pooled = getattr(encoder_output, "pooler_output", None)
+        features = pooled if pooled is not None else getattr(encoder_output, "last_hidden_state", encoder_output)
+    if isinstance(features, list | tuple):
+        features = torch.cat([f.reshape(-1, f.shape[-1]) for f in features], dim=0)
+    return features.reshape(-1, features.shape[-1])
+
+
+def merge_image_features(input_ids: torch.Tensor, embeds: torch.Tensor, features: torch.Tensor,
+                         token_id: int) -> torch.Tensor:
+    """Scatter ``features`` into ``embeds`` at the image-token positions, as the models' own forward does."""
+    mask = (input_ids == token_id).unsqueeze(-1).expand_as(embeds)
+    n_tokens, n_features = int((input_ids == token_id).sum()), features.shape[0]
+    if n_tokens != n_features:
+        raise UnsupportedError(
+            f"the prompt has {n_tokens} image tokens (id {token_id}) but the images give {n_features} features"
+        )
+    return embeds.masked_scatter(mask, features.to(embeds.dtype))
+
+
+# --- capture ------------------------------------------------------------------------------------------------------
+
+
+def with_modality_inputs(model: torch.nn.Module, call: Mapping[str, Any], inputs: Mapping[str, Any]) -> dict:
+    """A recorded prefill call made self-contained again: the modality inputs instead of ``mm_encoder_outputs``.
+
+    ``generate()`` runs the encoders before the first ``forward`` (``_prepare_multimodal_encoder_kwargs_for_generation``)
+    and hands ``forward`` their outputs, so a forward pre-hook never sees the encoders run. Putting back the
+    inputs ``generate`` consumed (``pixel_values``, ``image_grid_thw``, ...) makes ``model(**call)`` run them.
+    """
+    import inspect
+
+    new = {k: v for k, v in call.items() if k != "mm_encoder_outputs"}
+    params = inspect.signature(model.forward).parameters
+    for key, value in inputs.items():
+        if key not in new and key in params and value is not None:
+            new[key] = value
+    return new
+
+
+
+
+def _attribute_snapshot(model: torch.nn.Module) -> list[tuple[torch.nn.Module, dict[str, Any]]]:
+    return [(m, {k: v for k, v in vars(m).items() if not k.startswith("_")}) for m in model.modules()]
+
+
+def _restore_attributes(snapshot: list[tuple[torch.nn.Module, dict[str, Any]]]) -> None:
+    """Undo state a forward leaves on modules (Qwen2-VL caches ``rope_deltas`` on its base model)."""
+    for module, before in snapshot:
+        for key in [k for k in vars(module) if not k.startswith("_") and k not in before]:
+            delattr(module, key)
+        for key, value in before.items():
+            if vars(module).get(key) is not value:
+                setattr(module, key, value)
+
+
+def decompose_multimodal(model: torch.nn.Module, inputs: Mapping[str, Any]) -> dict[str, tuple[torch.nn.Module, dict]]:
+    """Capture the kwargs of each multimodal submodule during one ``model(**inputs)`` call.
+
+    Args:
+        model: A multimodal generative model (``LlavaForConditionalGeneration``, ``Qwen2VLForConditionalGeneration``...).
+        inputs: Its forward kwargs for the prefill, including the modality inputs (``pixel_values``...).
+
+    Returns:
+        ``{"<modality>_encoder": ..., "<projector attribute>": ..., "embed_tokens": ..., "language_model": ...,
+        "lm_head": ...}``, each ``(module, kwargs)``; a projector key only when the model has one under a known
+        attribute name (Qwen2-VL's sits inside its vision tower). ``embed_tokens`` is the input embedding lookup:
+        the language model is called with ``inputs_embeds``, so the text embeddings need their own graph. The token
+        merge (``masked_scatter``) stays outside every graph.
+
+    Raises:
+        ValueError: No known multimodal submodule was found, or the forward did not call the encoder.
+        UnsupportedError: The merge this module reproduces does not match the model's own.
+
+    Example:
+        >>> parts = decompose_multimodal(model, processor(images=image, text=prompt, return_tensors="pt"))
+        >>> sorted(parts)
+        ['embed_tokens', 'image_encoder', 'language_model', 'lm_head', 'multi_modal_projector']
+    """
+    parts = _submodules(model)
+    encoders = [k for k in parts if k.endswith("_encoder")]
+    if not encoders or "language_model" not in parts:
+        raise ValueError(
+            f"no known multimodal submodules found on {type(model).__name__} (found {sorted(parts) or 'none'}); "
+            f"searched: {_SEARCHED}"
+        )
+    call = {k: copy.deepcopy(v) if is_cache(v) else v for k, v in inputs.items()}  # the forward fills caches
+    if "mm_encoder_outputs" in call and not any(k in call for k in _MODALITY_INPUTS):
+        raise ValueError(
+            "the prefill kwargs carry precomputed mm_encoder_outputs instead of the modality inputs, so the encoder "
+            "would not run; pass them through with_modality_inputs(model, prefill_kwargs, generate_inputs)"
+        )
+    recorders = {name: _Recorder(module) for name, module in parts.items()}
+    snapshot = _attribute_snapshot(model)
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            model(**call)
+    finally:
+        for recorder in recorders.values():
+            recorder.remove()
+        _restore_attributes(snapshot)
+        model.train(was_training)
+    silent = [name for name, r in recorders.items() if not r.calls and name != "embed_tokens"]
+    if silent:
+        raise ValueError(
+            f"{type(model).__name__}(**inputs) did not call {silent}; check that the inputs hold what those parts "
+            f"take (inputs: {sorted(call)})"
+        )
+    out: dict[str, tuple[torch.nn.Module, dict]] = {}
+    for name, module in parts.items():
+        if not recorders[name].calls:
+            continue
+        kwargs = recorders[name].calls[0]
+        if name == "image_encoder":
+            module, kwargs = _with_precomputed(model.config, module, kwargs)
+        out[name] = (module, kwargs)
+    if "embed_tokens" not in out:
+        ids = call.get("input_ids")
+        if ids is None:
+            raise ValueError("decompose_multimodal needs input_ids in the inputs to capture the embedding lookup")
+        out["embed_tokens"] = (parts["embed_tokens"], {"input": ids})
+    _check_merge(model, call, parts, out, recorders)
+    return {name: out[name] for name in parts if name in out}
+
+
+def _with_precomputed(config: Any, encoder: torch.nn.Module, kwargs: dict) -> tuple[torch.nn.Module, dict]:
+    precompute = VISION_PRECOMPUTE.get(getattr(config, "model_type", None))
+    if precompute is None or "grid_thw" not in kwargs:
+        return encoder, kwargs
+    extra = precompute(config, kwargs["grid_thw"])
+    new = {"hidden_states": kwargs["hidden_states"], "grid_thw": kwargs["grid_thw"], **extra}
+    rest = sorted(set(kwargs) - set(new))
+    if rest:
+        raise UnsupportedError(f"{type(encoder).__name__} was called with {rest} besides hidden_states/grid_thw")
+    return _GridEncoder(encoder), new
+
+
+def _check_merge(model: torch.nn.Module, call: dict, parts: dict, out: dict, recorders: dict) -> None:
+    """Replay the glue generation will run, on the eager parts, and require the model's own ``inputs_embeds``."""
+    if "image_encoder" not in out:
+        return
+    config = model.config
+    encoder, enc_kwargs = out["image_encoder"]
+    precomputed = VISION_PRECOMPUTE.get(getattr(config, "model_type", None))
+    derived = set(precomputed(config, enc_kwargs["grid_thw"])) if precomputed and "grid_thw" in enc_kwargs else set()
+    for key, value in enc_kwargs.items():
+        source = ENCODER_INPUT_ALIASES.get(key, key)
+        if key in derived or not isinstance(value, torch.Tensor):
+            continue
+        if source not in call or not torch.equal(call[source].to(value.dtype), value):
+            raise UnsupportedError(f"the image encoder's {key!r} is not the model input {source!r} as it was passed")
+    projector_name = next((n for n in PROJECTOR_NAMES if n in out and n != "embed_audio"), None)
+    with torch.no_grad():
+        constants = {k: v for k, v in enc_kwargs.items() if not isinstance(v, torch.Tensor)}
+        encoder_output = encoder(**constants, **encoder_inputs(config, list(enc_kwargs), call))
+        projector = None
+        if projector_name is not None:
+            proj_module, proj_kwargs = out[projector_name]
+            key = next(iter(proj_kwargs))
+            projector = lambda x: proj_module(**{key: x})  # noqa: E731
+        features = image_features(config, encoder_output, projector)
+        embeds = parts["embed_tokens"](call["input_ids"])
+        merged = merge_image_features(call["input_ids"], embeds, features, image_token_id(config))
+    expected = recorders["language_model"].calls[0].get("inputs_embeds")
+    if expected is None or not torch.allclose(merged, expected, rtol=1e-5, atol=1e-6):
+        diff = None if expected is None else float((merged - expected).abs().max())
+        raise UnsupportedError(
+            f"the token merge hfexport reproduces for {type(model).__name__} (vision feature selection, projector, "
+            f"masked_scatter at image_token_id) differs from the model's own inputs_embeds (max diff {diff}); this "
+            "architecture needs its own glue in hfexport.capture.multimodal"
+        )

@@ -1,0 +1,225 @@
+"""``ExportedModel.generate`` for image-text-to-text exports: encoders, token merge, prefill, decode loop.
+
+The prefill is assembled from the exported parts the way the model's own forward assembles it: the text embeddings
+from ``embed_tokens``, the image features from the image encoder (and projector) scattered over the image tokens,
+then ``language_model`` and ``lm_head`` on the last position. The decode steps run the ``decode`` graph (the whole
+model on one new token and the cache). Positions follow ``generate()``: from the attention mask, or for M-RoPE
+models (Qwen2-VL) the model class's own ``get_rope_index`` (no weights involved) with the text positions as the
+first row; each step then adds one to the last position, as ``_update_model_kwargs_for_generation`` does.
+"""
+
+from __future__ import annotations
+
+import importlib
+import types
+from typing import Any
+
+import torch
+
+from .capture.multimodal import (
+    MODALITIES,
+    PROJECTOR_NAMES,
+    encoder_inputs,
+    image_features,
+    image_token_id,
+    merge_image_features,
+)
+from .errors import UnsupportedError
+from .generation import _Component, _Selector, _slot_masks
+
+__all__ = ["generate_multimodal"]
+
+_NEEDED = ("embed_tokens", "language_model", "lm_head", "decode")
+
+
+def generate_multimodal(exported: Any, gen: Any, streamer: Any, inputs: dict) -> torch.Tensor:
+    """Greedy/sampled generation over the components of a multimodal ``export_for_generation``.
+
+    Args:
+        exported: The :class:`~hfexport.ExportedModel`.
+        gen: The resolved ``GenerationConfig``.
+        streamer: Optional streamer (``put``/``end``).
+        inputs: The processor's output: ``input_ids``, ``attention_mask``, ``pixel_values`` and what the model
+            takes with them (``image_grid_thw``, ``mm_token_type_ids``...).
+
+    Returns:
+        The prompt followed by the new tokens, as ``model.generate`` returns them.
+    """
+    missing = [n for n in _NEEDED if n not in exported.components]
+    if missing:
+        raise UnsupportedError(
+            f"this multimodal export lacks {missing} (components: {list(exported.components)}); re-export it with "
+            "export_for_generation"
+        )
+    if inputs.get("pixel_values_videos") is not None:
+        raise UnsupportedError("video inputs are not supported by ExportedModel.generate yet")
+    config = exported.config
+    if config is None:
+        raise UnsupportedError("generate() of a multimodal export needs its config (config.json next to the export)")
+    parts = {name: _Component(exported, name) for name in exported.components}
+    lm, head, decode = parts["language_model"], parts["lm_head"], parts["decode"]
+
+    input_ids = inputs.pop("input_ids")
+    batch, prompt_len = input_ids.shape
+    mask2d = inputs.pop("attention_mask", None)
+    mask2d = torch.ones_like(input_ids) if mask2d is None else mask2d.long()
+    capacity = decode.cache_capacity()
+    if capacity is not None and prompt_len + gen.max_new_tokens > capacity:
+        raise UnsupportedError(
+            f"prompt ({prompt_len}) + max_new_tokens ({gen.max_new_tokens}) exceed the exported static cache "
+            f"({capacity} positions); re-export with a larger max_cache_len"
+        )
+    valid = torch.zeros(batch, capacity, dtype=torch.bool) if capacity is not None else None
+    if valid is not None:
+        valid[:, :prompt_len] = mask2d.bool()
+    window = getattr(_text_config(config), "sliding_window", None)
+
+    embeds = _run(parts["embed_tokens"], {_only_key(parts["embed_tokens"]): input_ids})
+    embeds = _merge_modalities(config, parts, input_ids, embeds, inputs)
+    positions = _prefill_positions(exported, lm, input_ids, mask2d, inputs)
+
+    def step_kwargs(component: _Component, start: int, q: int, cache: Any) -> dict:
+        call: dict[str, Any] = {}
+        if component.takes("position_ids"):
+            call["position_ids"] = positions[..., start : start + q]
+        if component.takes("cache_position"):
+            call["cache_position"] = torch.arange(start, start + q)
+        kind = component.mask_kind()
+        if kind == "2d":
+            call["attention_mask"] = mask2d[:, : start + q]
+        elif kind in ("4d", "dict"):
+            call["attention_mask"] = _slot_masks(kind, component.mask_keys(), valid, torch.arange(start, start + q),
+                                                 window)
+        if component.cache_key:
+            call[component.cache_key] = cache
+        return call
+
+    selector = _Selector(gen, batch)
+    call = step_kwargs(lm, 0, prompt_len, lm.initial_cache(batch))
+    call["inputs_embeds"] = embeds
+    lm_out = lm.runner(**call)
+    hidden = lm_out.last_hidden_state if hasattr(lm_out, "last_hidden_state") else lm_out[0]
+    logits = _run(head, {_only_key(head): hidden[:, -1:, :]})
+    cache = getattr(lm_out, lm.cache_key) if lm.cache_key else None
+    type_ids = {k: inputs.get(k) for k in ("token_type_ids", "mm_token_type_ids") if decode.takes(k)}
+    sequences = input_ids
+    if streamer is not None:
+        streamer.put(input_ids.cpu())
+    for step in range(gen.max_new_tokens):
+        token = selector(sequences, logits[:, -1, :])
+        sequences = torch.cat([sequences, token[:, None]], dim=-1)
+        if streamer is not None:
+            streamer.put(token.cpu())
+        if not selector.unfinished.any() or step == gen.max_new_tokens - 1:
+            break
+        position = prompt_len + step
+        mask2d = torch.cat([mask2d, torch.ones(batch, 1, dtype=mask2d.dtype)], dim=-1)
+        positions = torch.cat([positions, positions[..., -1:] + 1], dim=-1)
+        if valid is not None:
+            valid[:, position] = True
+        call = step_kwargs(decode, position, 1, cache)
+        call["input_ids"] = token[:, None]
+        for key, value in type_ids.items():
+            # generate() grows mm_token_type_ids with zeros (text) and token_type_ids with their last value
+            last = key == "token_type_ids" and value is not None
+            call[key] = value[:, -1:] if last else torch.zeros(batch, 1, dtype=torch.long)
+        out = decode.runner(**call)
+        logits = out.logits
+        cache = getattr(out, decode.cache_key) if decode.cache_key else None
+    if streamer is not None:
+        streamer.end()
+    return sequences
+
+
+def _text_config(config: Any) -> Any:
+    get = getattr(config, "get_text_config", None)
+    return get() if callable(get) else config
+
+
+def _only_key(component: _Component) -> str:
+    keys = [k for k, v in component.kwargs.items() if v.get("kind") not in ("flag", "constant")]
+    if len(keys) != 1:
+        raise UnsupportedError(f"the {component.name} graph takes {keys}; expected a single tensor input")
+    return keys[0]
+
+
+def _run(component: _Component, call: dict) -> Any:
+    out = component.runner(**call)
+    return out[0] if isinstance(out, list | tuple) else out
+
+
+def _merge_modalities(config: Any, parts: dict, input_ids: torch.Tensor, embeds: torch.Tensor, inputs: dict) -> Any:
+    for modality in MODALITIES:
+        encoder = parts.get(f"{modality}_encoder")
+        if encoder is None:
+            continue
+        if modality != "image":
+            raise UnsupportedError(f"generate() does not merge {modality} features yet")
+        traced = [k for k, v in encoder.kwargs.items() if v.get("kind") not in ("flag", "constant")]
+        call = encoder_inputs(config, traced, inputs)
+        if not call:
+            continue  # a text-only prompt: nothing to merge
+        absent = [k for k in traced if k not in call]
+        if absent:
+            raise UnsupportedError(f"the image encoder needs {absent}; pass them with pixel_values")
+        output = encoder.runner(**call)
+        projector_name = next((n for n in PROJECTOR_NAMES if n in parts and n != "embed_audio"), None)
+        projector = None
+        if projector_name is not None:
+            component = parts[projector_name]
+            key = _only_key(component)
+            projector = lambda x, c=component, k=key: _run(c, {k: x})  # noqa: E731
+        features = image_features(config, output, projector)
+        embeds = merge_image_features(input_ids, embeds, features, image_token_id(config))
+    return embeds
+
+
+def _prefill_positions(exported: Any, lm: _Component, input_ids: torch.Tensor, mask2d: torch.Tensor,
+                       inputs: dict) -> torch.Tensor:
+    """The prompt's position ids as ``generate()`` builds them: ``[b, s]``, or ``[4, b, s]`` for M-RoPE."""
+    text = (mask2d.long().cumsum(-1) - 1).masked_fill(mask2d == 0, 0)
+    spec = next((s for s in lm.metadata.inputs if s.name == "position_ids"), None)
+    shape = (spec.example_shape or spec.shape) if spec is not None else []
+    if len(shape) != 3:
+        return text
+    grids = {k: inputs.get(k) for k in ("image_grid_thw", "video_grid_thw")}
+    types_ids = inputs.get("mm_token_type_ids")
+    if types_ids is None and any(g is not None for g in grids.values()):
+        raise UnsupportedError(
+            "image_grid_thw was passed without mm_token_type_ids; the processor returns both, and the 3D (M-RoPE) "
+            "positions need them (the model itself refuses this input)"
+        )
+    if any(g is not None for g in grids.values()):
+        base = _rope_owner(exported)
+        vision, _ = base.get_rope_index(input_ids, mm_token_type_ids=types_ids, attention_mask=mask2d, **grids)
+    else:
+        vision = text.unsqueeze(0).expand(3, -1, -1)
+    # a 4-row layout carries the text positions first (for the mask), then the three M-RoPE axes
+    return torch.cat([text[None], vision], dim=0) if int(shape[0]) == 4 else vision
+
+
+class _ConfigOnly:
+    """Stands in for a model instance to call its class's weight-free helpers (``get_rope_index``)."""
+
+    def __init__(self, cls: type, config: Any):
+        self._cls = cls
+        self.config = config
+        self.rope_deltas = None
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self._cls, name)
+        return types.MethodType(attr, self) if callable(attr) else attr
+
+
+def _rope_owner(exported: Any) -> _ConfigOnly:
+    architecture = exported.components["decode"].metadata.architecture
+    import transformers
+
+    cls = getattr(transformers, architecture or "", None)
+    module = importlib.import_module(cls.__module__) if cls is not None else None
+    owners = [c for c in vars(module).values() if isinstance(c, type) and "get_rope_index" in vars(c)] if module else []
+    if not owners:
+        raise UnsupportedError(
+            f"{architecture} takes 3D (M-RoPE) position ids but no get_rope_index was found next to it in transformers"
+        )
+    return _ConfigOnly(owners[0], exported.config)

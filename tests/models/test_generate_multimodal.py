@@ -1,0 +1,176 @@
+"""Image-text-to-text exports generate exactly what eager ``model.generate`` does, from the exported parts alone.
+
+One export per model (a left-padded batch of 2, one image per row), then prompts of other lengths, other image
+counts and sizes, another batch size, and a reload from disk. Greedy tokens must be equal, token for token.
+"""
+
+from __future__ import annotations
+
+
+import pytest
+import torch
+
+from hfexport import DynamoConfig, DynamoExporter, ExportedModel
+from hfexport.capture.multimodal import decompose_multimodal, is_multimodal
+from hfexport.models.tiny import TINY_CASES
+from hfexport.models.tiny_multimodal import (
+    IMAGE_ID,
+    LLAVA_IMAGE,
+    LLAVA_IMAGE_TOKENS,
+    PAD_ID,
+    QWEN2_VL_MERGE,
+    QWEN2_VL_PATCH,
+    QWEN2_VL_TEMPORAL,
+    VISION_END_ID,
+    VISION_START_ID,
+)
+
+NEW_TOKENS = 32
+CASES = ["qwen2_vl", "llava"]
+# the spec's keys, plus embed_tokens: the language model is called with inputs_embeds, so the text embedding
+# lookup is its own graph and the token merge runs between it and the language model
+KEYS = {
+    "qwen2_vl": {"image_encoder", "embed_tokens", "language_model", "lm_head", "decode"},  # projector in the tower
+    "llava": {"image_encoder", "multi_modal_projector", "embed_tokens", "language_model", "lm_head", "decode"},
+}
+
+
+@pytest.fixture(scope="module", params=CASES)
+def exported_case(request):
+    case = TINY_CASES[request.param]
+    model = case.build()
+    exported = DynamoExporter().export_for_generation(model, case.inputs(2, 6), DynamoConfig(dynamic=True))
+    return request.param, case, model, exported
+
+
+def _assert_same_tokens(model, exported, inputs):
+    with torch.no_grad():
+        expected = model.generate(**inputs, max_new_tokens=NEW_TOKENS, do_sample=False)
+    got = exported.generate(**inputs, max_new_tokens=NEW_TOKENS)
+    assert got.shape == expected.shape
+    assert torch.equal(got, expected), f"\neager:    {expected[:, -NEW_TOKENS:]}\nexported: {got[:, -NEW_TOKENS:]}"
+
+
+def test_component_keys_follow_the_spec(exported_case):
+    name, _, _, exported = exported_case
+    assert set(exported.components) == KEYS[name]
+
+
+@pytest.mark.parametrize("seq", [6, 9])
+def test_generate_matches_eager(exported_case, seq):
+    _, case, model, exported = exported_case
+    _assert_same_tokens(model, exported, case.inputs(2, seq))
+
+
+def test_other_batch_sizes_match_eager(exported_case):
+    _, case, model, exported = exported_case
+    _assert_same_tokens(model, exported, case.inputs(1, 7))
+    _assert_same_tokens(model, exported, case.inputs(3, 5))
+
+
+def test_rows_with_different_image_counts_match_eager(exported_case):
+    name, _, model, exported = exported_case
+    _assert_same_tokens(model, exported, _two_and_one_images(name))
+
+
+def test_text_only_prompt_matches_eager(exported_case):
+    name, case, model, exported = exported_case
+    inputs = case.inputs(2, 6)
+    ids = inputs["input_ids"].masked_fill(inputs["input_ids"] >= 248, 7)
+    text = {"input_ids": ids, "attention_mask": inputs["attention_mask"]}
+    if name == "qwen2_vl":
+        text["mm_token_type_ids"] = torch.zeros_like(ids)
+    _assert_same_tokens(model, exported, text)
+
+
+def test_reload_generates_the_same_tokens(exported_case, tmp_path):
+    _, case, model, exported = exported_case
+    exported.save_pretrained(tmp_path / "export")
+    reloaded = ExportedModel.from_pretrained(tmp_path / "export")
+    assert set(reloaded.components) == set(exported.components)
+    inputs = case.inputs(2, 8)
+    assert torch.equal(reloaded.generate(**inputs, max_new_tokens=NEW_TOKENS),
+                       exported.generate(**inputs, max_new_tokens=NEW_TOKENS))
+    _assert_same_tokens(model, reloaded, inputs)
+
+
+def test_qwen2_vl_encoder_export_records_its_workaround():
+    case = TINY_CASES["qwen2_vl"]
+    exported = DynamoExporter().export_for_generation(case.build(), case.inputs(1, 4), DynamoConfig(dynamic=True))
+    assert "qwen2-vl-packed-vision-attention" in exported.components["image_encoder"].metadata.workarounds
+    assert "qwen2-vl-packed-vision-attention" not in exported.components["decode"].metadata.workarounds
+
+
+def test_static_cache_matches_eager():
+    case = TINY_CASES["llava"]
+    model = case.build()
+    gen = model.generation_config.__class__.from_dict(model.generation_config.to_dict())
+    gen.cache_implementation, gen.max_cache_len = "static", 64
+    exported = DynamoExporter().export_for_generation(model, case.inputs(2, 6), DynamoConfig(dynamic=True),
+                                                      generation_config=gen)
+    inputs = case.inputs(2, 8)
+    run = model.generation_config.__class__.from_dict(gen.to_dict())
+    run.max_new_tokens, run.do_sample = NEW_TOKENS, False
+    with torch.no_grad():
+        expected = model.generate(**inputs, generation_config=run)
+    assert torch.equal(exported.generate(**inputs, max_new_tokens=NEW_TOKENS), expected)
+
+
+# --- is_multimodal / decompose_multimodal ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_image_text_models_are_multimodal(name):
+    assert is_multimodal(TINY_CASES[name].build())
+
+
+def test_text_model_and_bare_module_are_not_multimodal():
+    assert not is_multimodal(TINY_CASES["llama"].build())
+    assert not is_multimodal(torch.nn.Linear(4, 4))
+
+
+def test_decompose_multimodal_names_what_it_searched():
+    case = TINY_CASES["llama"]
+    with pytest.raises(ValueError, match="no known multimodal submodules.*get_encoder.*multi_modal_projector"):
+        decompose_multimodal(case.build(), case.inputs(1, 4))
+
+
+def test_decompose_multimodal_captures_each_part():
+    case = TINY_CASES["llava"]
+    model = case.build()
+    inputs = case.inputs(2, 5)
+    parts = decompose_multimodal(model, inputs)
+    assert list(parts) == ["image_encoder", "multi_modal_projector", "embed_tokens", "language_model", "lm_head"]
+    assert parts["image_encoder"][0] is model.model.vision_tower
+    assert torch.equal(parts["image_encoder"][1]["pixel_values"], inputs["pixel_values"])
+    assert parts["multi_modal_projector"][1]["image_features"].shape[:2] == (2, LLAVA_IMAGE_TOKENS)
+    assert parts["language_model"][1]["inputs_embeds"].shape == (2, inputs["input_ids"].shape[1], 64)
+    assert "input_ids" not in parts["language_model"][1]  # the merge happens before it, outside the graphs
+
+
+# --- inputs with two images in one row and one in the other ---------------------------------------------------------
+
+
+def _two_and_one_images(name: str) -> dict[str, torch.Tensor]:
+    gen = torch.Generator().manual_seed(7)
+    text = torch.randint(3, 248, (2, 5), generator=gen)
+    if name == "llava":
+        block = [IMAGE_ID] * LLAVA_IMAGE_TOKENS
+        rows = [block + block + text[0].tolist(), block + text[1].tolist()]
+        pixels = torch.randn(3, 3, LLAVA_IMAGE, LLAVA_IMAGE, generator=gen)
+        extra = {"pixel_values": pixels}
+    else:
+        grids = torch.tensor([[1, 4, 4], [1, 4, 8], [1, 4, 4]])  # the second image is twice as wide
+
+        def block(grid):
+            return [VISION_START_ID] + [IMAGE_ID] * int(grid.prod() // QWEN2_VL_MERGE**2) + [VISION_END_ID]
+
+        rows = [block(grids[0]) + block(grids[1]) + text[0].tolist(), block(grids[2]) + text[1].tolist()]
+        patch = 3 * QWEN2_VL_TEMPORAL * QWEN2_VL_PATCH**2
+        extra = {"pixel_values": torch.randn(int(grids.prod(-1).sum()), patch, generator=gen), "image_grid_thw": grids}
+    width = max(len(r) for r in rows)
+    ids = torch.tensor([[PAD_ID] * (width - len(r)) + r for r in rows])
+    inputs = {"input_ids": ids, "attention_mask": (ids != PAD_ID).long(), **extra}
+    if name == "qwen2_vl":
+        inputs["mm_token_type_ids"] = (ids == IMAGE_ID).long()
+    return inputs
