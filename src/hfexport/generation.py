@@ -209,62 +209,100 @@ def generate(exported: Any, **kwargs: Any) -> torch.Tensor:
     return _generate_decoder(exported, gen, streamer, kwargs)
 
 
-def _generate_decoder(exported: Any, gen: Any, streamer: Any, inputs: dict) -> torch.Tensor:
-    prefill, decode = _Component(exported, "prefill"), _Component(exported, "decode")
-    input_ids = inputs.pop("input_ids")
-    batch, prompt_len = input_ids.shape
-    mask2d = inputs.pop("attention_mask", None)
-    mask2d = torch.ones_like(input_ids) if mask2d is None else mask2d.long()
-    capacity = decode.cache_capacity()
-    if capacity is not None and prompt_len + gen.max_new_tokens > capacity:
-        raise UnsupportedError(
-            f"prompt ({prompt_len}) + max_new_tokens ({gen.max_new_tokens}) exceed the exported static cache "
-            f"({capacity} positions); re-export with a larger max_cache_len"
-        )
-    window = getattr(exported.config, "sliding_window", None) if exported.config is not None else None
-    valid = torch.zeros(batch, capacity, dtype=torch.bool) if capacity is not None else None
-    if valid is not None:
-        valid[:, :prompt_len] = mask2d.bool()
+class TextState:
+    """The growing state of a decoder's text: 2D mask, positions, and (static caches) which slots hold tokens.
 
-    def step_kwargs(component: _Component, ids: torch.Tensor, start: int, cache: Any, extra: dict) -> dict:
-        q = ids.shape[-1]
-        call = dict(extra)
-        call["input_ids"] = ids
+    Buffers are allocated once for the whole generation and sliced per step, so a step allocates only its
+    own small tensors.
+    """
+
+    def __init__(self, mask2d: torch.Tensor, max_new_tokens: int, capacity: int | None, window: int | None,
+                 positions: torch.Tensor | None = None):
+        batch, prompt_len = mask2d.shape
+        total = prompt_len + max_new_tokens
+        if capacity is not None and total > capacity:
+            raise UnsupportedError(
+                f"prompt ({prompt_len}) + max_new_tokens ({max_new_tokens}) exceed the exported static cache "
+                f"({capacity} positions); re-export with a larger max_cache_len"
+            )
+        self.length = prompt_len
+        self.mask = torch.ones(batch, total, dtype=torch.long)
+        self.mask[:, :prompt_len] = mask2d
+        prompt_positions = _positions(mask2d) if positions is None else positions
+        self.positions = torch.cat(
+            [prompt_positions, prompt_positions[..., -1:] + torch.arange(1, max_new_tokens + 1)], dim=-1
+        )
+        self.valid = None
+        if capacity is not None:
+            self.valid = torch.zeros(batch, capacity, dtype=torch.bool)
+            self.valid[:, :prompt_len] = mask2d.bool()
+        self.window = window
+
+    def kwargs(self, component: _Component, start: int, q: int, cache: Any) -> dict[str, Any]:
+        """Position, mask and cache kwargs for a call on query positions ``start .. start + q``."""
+        call: dict[str, Any] = {}
         if component.takes("position_ids"):
-            call["position_ids"] = _positions(mask2d)[:, start : start + q]
+            call["position_ids"] = self.positions[..., start : start + q]
         if component.takes("cache_position"):
             call["cache_position"] = torch.arange(start, start + q)
         kind = component.mask_kind()
         if kind == "2d":
-            call["attention_mask"] = mask2d[:, : start + q]
+            call["attention_mask"] = self.mask[:, : start + q]
         elif kind in ("4d", "dict"):
-            call["attention_mask"] = _slot_masks(kind, component.mask_keys(), valid, torch.arange(start, start + q), window)
+            call["attention_mask"] = _slot_masks(
+                kind, component.mask_keys(), self.valid, torch.arange(start, start + q), self.window
+            )
         if component.cache_key:
             call[component.cache_key] = cache
         return call
 
-    selector = _Selector(gen, batch)
-    cache = prefill.initial_cache(batch)
-    out = prefill.runner(**step_kwargs(prefill, input_ids, 0, cache, inputs))
-    sequences = input_ids
-    if streamer is not None:
-        streamer.put(input_ids.cpu())
-    for step in range(gen.max_new_tokens):
-        token = selector(sequences, out.logits[:, -1, :])
+    def advance(self) -> int:
+        """Account for one new token; returns its position."""
+        position = self.length
+        if self.valid is not None:
+            self.valid[:, position] = True
+        self.length += 1
+        return position
+
+
+def decode_loop(gen: Any, streamer: Any, sequences: torch.Tensor, logits: torch.Tensor,
+                step: Any, stream_prompt: bool = True) -> torch.Tensor:
+    """Pick tokens until EOS on every row or ``max_new_tokens``; ``step(token)`` runs the next call -> logits."""
+    selector = _Selector(gen, sequences.shape[0])
+    if streamer is not None and stream_prompt:
+        streamer.put(sequences.cpu())
+    for index in range(gen.max_new_tokens):
+        token = selector(sequences, logits[:, -1, :])
         sequences = torch.cat([sequences, token[:, None]], dim=-1)
         if streamer is not None:
             streamer.put(token.cpu())
-        if not selector.unfinished.any() or step == gen.max_new_tokens - 1:
+        if not selector.unfinished.any() or index == gen.max_new_tokens - 1:
             break
-        position = prompt_len + step
-        mask2d = torch.cat([mask2d, torch.ones(batch, 1, dtype=mask2d.dtype)], dim=-1)
-        if valid is not None:
-            valid[:, position] = True
-        cache = getattr(out, prefill.cache_key) if prefill.cache_key else None
-        out = decode.runner(**step_kwargs(decode, token[:, None], position, cache, inputs))
+        logits = step(token)
     if streamer is not None:
         streamer.end()
     return sequences
+
+
+def _generate_decoder(exported: Any, gen: Any, streamer: Any, inputs: dict) -> torch.Tensor:
+    prefill, decode = _Component(exported, "prefill"), _Component(exported, "decode")
+    input_ids = inputs.pop("input_ids")
+    mask2d = inputs.pop("attention_mask", None)
+    mask2d = torch.ones_like(input_ids) if mask2d is None else mask2d.long()
+    window = getattr(exported.config, "sliding_window", None) if exported.config is not None else None
+    text = TextState(mask2d, gen.max_new_tokens, decode.cache_capacity(), window)
+    prompt_len = input_ids.shape[-1]
+    out = prefill.runner(**inputs, input_ids=input_ids,
+                         **text.kwargs(prefill, 0, prompt_len, prefill.initial_cache(input_ids.shape[0])))
+    state = {"out": out}
+
+    def step(token: torch.Tensor) -> torch.Tensor:
+        cache = getattr(state["out"], decode.cache_key) if decode.cache_key else None
+        position = text.advance()
+        state["out"] = decode.runner(**inputs, input_ids=token[:, None], **text.kwargs(decode, position, 1, cache))
+        return state["out"].logits
+
+    return decode_loop(gen, streamer, input_ids, out.logits, step)
 
 
 def _generate_encoder_decoder(exported: Any, gen: Any, streamer: Any, inputs: dict) -> torch.Tensor:
@@ -303,19 +341,16 @@ def _generate_encoder_decoder(exported: Any, gen: Any, streamer: Any, inputs: di
             call[component.cache_key] = cache
         return call
 
-    selector = _Selector(gen, batch)
     out = prefill.runner(**step_kwargs(prefill, decoder_ids, 0, prefill.initial_cache(batch)))
-    sequences = decoder_ids
-    for step in range(gen.max_new_tokens):
-        token = selector(sequences, out.logits[:, -1, :])
-        sequences = torch.cat([sequences, token[:, None]], dim=-1)
-        if streamer is not None:
-            streamer.put(token.cpu())
-        if not selector.unfinished.any() or step == gen.max_new_tokens - 1:
-            break
-        out = decode.runner(**step_kwargs(decode, token[:, None], step + 1, getattr(out, prefill.cache_key)))
-    if streamer is not None:
-        streamer.end()
+    state = {"out": out, "length": 1}
+
+    def step(token: torch.Tensor) -> torch.Tensor:
+        cache = getattr(state["out"], decode.cache_key) if decode.cache_key else None
+        state["out"] = decode.runner(**step_kwargs(decode, token[:, None], state["length"], cache))
+        state["length"] += 1
+        return state["out"].logits
+
+    sequences = decode_loop(gen, streamer, decoder_ids, out.logits, step, stream_prompt=False)
     if exported.components["prefill"].metadata.architecture in _RETURNS_NEW_TOKENS_ONLY:
         return sequences[:, 1:]
     return sequences

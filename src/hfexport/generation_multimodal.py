@@ -25,7 +25,7 @@ from .capture.multimodal import (
     merge_image_features,
 )
 from .errors import UnsupportedError
-from .generation import _Component, _Selector, _slot_masks
+from .generation import TextState, _Component, decode_loop
 
 __all__ = ["generate_multimodal"]
 
@@ -63,72 +63,30 @@ def generate_multimodal(exported: Any, gen: Any, streamer: Any, inputs: dict) ->
     batch, prompt_len = input_ids.shape
     mask2d = inputs.pop("attention_mask", None)
     mask2d = torch.ones_like(input_ids) if mask2d is None else mask2d.long()
-    capacity = decode.cache_capacity()
-    if capacity is not None and prompt_len + gen.max_new_tokens > capacity:
-        raise UnsupportedError(
-            f"prompt ({prompt_len}) + max_new_tokens ({gen.max_new_tokens}) exceed the exported static cache "
-            f"({capacity} positions); re-export with a larger max_cache_len"
-        )
-    valid = torch.zeros(batch, capacity, dtype=torch.bool) if capacity is not None else None
-    if valid is not None:
-        valid[:, :prompt_len] = mask2d.bool()
-    window = getattr(_text_config(config), "sliding_window", None)
-
     embeds = _run(parts["embed_tokens"], {_only_key(parts["embed_tokens"]): input_ids})
     embeds = _merge_modalities(config, parts, input_ids, embeds, inputs)
     positions = _prefill_positions(exported, lm, input_ids, mask2d, inputs)
+    window = getattr(_text_config(config), "sliding_window", None)
+    text = TextState(mask2d, gen.max_new_tokens, decode.cache_capacity(), window, positions=positions)
 
-    def step_kwargs(component: _Component, start: int, q: int, cache: Any) -> dict:
-        call: dict[str, Any] = {}
-        if component.takes("position_ids"):
-            call["position_ids"] = positions[..., start : start + q]
-        if component.takes("cache_position"):
-            call["cache_position"] = torch.arange(start, start + q)
-        kind = component.mask_kind()
-        if kind == "2d":
-            call["attention_mask"] = mask2d[:, : start + q]
-        elif kind in ("4d", "dict"):
-            call["attention_mask"] = _slot_masks(kind, component.mask_keys(), valid, torch.arange(start, start + q),
-                                                 window)
-        if component.cache_key:
-            call[component.cache_key] = cache
-        return call
-
-    selector = _Selector(gen, batch)
-    call = step_kwargs(lm, 0, prompt_len, lm.initial_cache(batch))
-    call["inputs_embeds"] = embeds
-    lm_out = lm.runner(**call)
+    lm_out = lm.runner(inputs_embeds=embeds, **text.kwargs(lm, 0, prompt_len, lm.initial_cache(batch)))
     hidden = lm_out.last_hidden_state if hasattr(lm_out, "last_hidden_state") else lm_out[0]
     logits = _run(head, {_only_key(head): hidden[:, -1:, :]})
-    cache = getattr(lm_out, lm.cache_key) if lm.cache_key else None
     type_ids = {k: inputs.get(k) for k in ("token_type_ids", "mm_token_type_ids") if decode.takes(k)}
-    sequences = input_ids
-    if streamer is not None:
-        streamer.put(input_ids.cpu())
-    for step in range(gen.max_new_tokens):
-        token = selector(sequences, logits[:, -1, :])
-        sequences = torch.cat([sequences, token[:, None]], dim=-1)
-        if streamer is not None:
-            streamer.put(token.cpu())
-        if not selector.unfinished.any() or step == gen.max_new_tokens - 1:
-            break
-        position = prompt_len + step
-        mask2d = torch.cat([mask2d, torch.ones(batch, 1, dtype=mask2d.dtype)], dim=-1)
-        positions = torch.cat([positions, positions[..., -1:] + 1], dim=-1)
-        if valid is not None:
-            valid[:, position] = True
-        call = step_kwargs(decode, position, 1, cache)
+    state = {"cache": getattr(lm_out, lm.cache_key) if lm.cache_key else None}
+
+    def step(token: torch.Tensor) -> torch.Tensor:
+        call = text.kwargs(decode, text.advance(), 1, state["cache"])
         call["input_ids"] = token[:, None]
         for key, value in type_ids.items():
             # generate() grows mm_token_type_ids with zeros (text) and token_type_ids with their last value
             last = key == "token_type_ids" and value is not None
             call[key] = value[:, -1:] if last else torch.zeros(batch, 1, dtype=torch.long)
         out = decode.runner(**call)
-        logits = out.logits
-        cache = getattr(out, decode.cache_key) if decode.cache_key else None
-    if streamer is not None:
-        streamer.end()
-    return sequences
+        state["cache"] = getattr(out, decode.cache_key) if decode.cache_key else None
+        return out.logits
+
+    return decode_loop(gen, streamer, input_ids, logits, step)
 
 
 def _text_config(config: Any) -> Any:
