@@ -143,6 +143,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true")
     p.add_argument("--backends", nargs="*", default=None)
     p.set_defaults(func=cmd_demo)
+
+    from .run_cli import add_run_parser
+
+    add_run_parser(sub)
     return parser
 
 

@@ -21,6 +21,11 @@ __all__ = ["register_pytree_node", "register_cache_classes", "is_cache", "cache_
 _ALLOWED_MODULE_PREFIXES = ("transformers.", "hfexport.")
 _lock = threading.Lock()
 _registered: set[type] = set()
+_safe: set[type] = set()
+
+
+def _is_ours(cls: type) -> bool:
+    return _class_path(cls).startswith(_ALLOWED_MODULE_PREFIXES)
 
 
 def _class_path(cls: type) -> str:
@@ -119,8 +124,10 @@ def _decode(ctx: Any, tensors: list) -> Any:
 
 def _is_concrete(value: Any) -> bool:
     from torch._subclasses.fake_tensor import FakeTensor
+    from torch._subclasses.functional_tensor import FunctionalTensor
 
-    return isinstance(value, torch.Tensor) and not isinstance(value, FakeTensor) and not isinstance(
+    # FunctionalTensor: a re-trace of the program (run_decompositions, torch.onnx.export) unflattens outputs too
+    return isinstance(value, torch.Tensor) and not isinstance(value, FakeTensor | FunctionalTensor) and not isinstance(
         value, torch.fx.Proxy
     ) and value.numel() == 1
 
@@ -175,13 +182,21 @@ def context_slot_names(context: Any) -> list[str]:
 def register_pytree_node(object_cls: type) -> None:
     """Register one class (e.g. ``StaticCache``) as a pytree node, so ``torch.export`` can take and return it.
 
-    Idempotent. ``torch.export.load`` of a program whose inputs include the class needs it registered first.
+    Idempotent. ``torch.export.load`` of a program whose inputs include the class needs it registered first; this
+    also registers transformers' output classes and lets ``torch.load(weights_only=True)`` rebuild cache objects
+    (a saved program's sample inputs), so loading never needs a full unpickle.
 
     Example:
         >>> from transformers import StaticCache
         >>> register_pytree_node(StaticCache)
     """
+    import transformers.modeling_outputs  # noqa: F401  (output classes register with pytree on import)
+
     with _lock:
+        new = [c for c in (*serialization_safe_classes(), object_cls) if c not in _safe and _is_ours(c)]
+        if new:
+            torch.serialization.add_safe_globals(new)
+            _safe.update(new)
         if object_cls in _registered or object_cls in pytree.SUPPORTED_NODES:
             _registered.add(object_cls)
             return
@@ -193,6 +208,15 @@ def register_pytree_node(object_cls: type) -> None:
             flatten_with_keys_fn=_flatten_with_keys,
         )
         _registered.add(object_cls)
+
+
+def serialization_safe_classes() -> list[type]:
+    """Classes a saved program's sample inputs may hold: transformers caches, cache layers and model outputs."""
+    from transformers.cache_utils import Cache, CacheLayerMixin
+    from transformers.utils.generic import ModelOutput
+
+    classes = [Cache, *_subclasses(Cache), *_subclasses(CacheLayerMixin), *_subclasses(ModelOutput)]
+    return list(dict.fromkeys(c for c in classes if c.__module__.startswith("transformers.")))
 
 
 def _subclasses(cls: type) -> list[type]:

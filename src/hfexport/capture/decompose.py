@@ -26,6 +26,9 @@ __all__ = ["decompose_prefill_decode", "decompose_for_generation", "full_attenti
 _SEQ_KEYS = ("input_ids", "decoder_input_ids", "position_ids", "decoder_position_ids", "inputs_embeds",
              "decoder_inputs_embeds", "cache_position")
 _MASK_KEYS = ("attention_mask", "decoder_attention_mask")
+# generate() passes logits_to_keep=1 for speed; exported graphs return logits for every query position instead,
+# as a caller of a multi-token decode (and the spec's decode loop) expects
+_NOT_TRACED = ("logits_to_keep",)
 
 
 class _Recorder:
@@ -39,6 +42,8 @@ class _Recorder:
     def _hook(self, module: torch.nn.Module, args: tuple, kwargs: dict) -> None:
         named = dict(zip(self._params, args))
         named.update(kwargs)
+        for key in _NOT_TRACED:
+            named.pop(key, None)
         self.calls.append(copy.deepcopy(named))
 
     def remove(self) -> None:

@@ -7,29 +7,16 @@ import zipfile
 from pathlib import Path
 
 import torch
-import torch.utils._pytree as pytree
 
+from ...capture.caches import serialization_safe_classes
 from ...errors import ManifestError
 
 __all__ = ["safe_globals", "check_archive_pickles", "example_inputs_are_safe"]
 
 
-def _subclasses(cls: type) -> list[type]:
-    out = []
-    for sub in cls.__subclasses__():
-        out.append(sub)
-        out.extend(_subclasses(sub))
-    return out
-
-
 def safe_globals() -> list[type]:
-    """Classes a saved program's sample inputs may hold: transformers caches, cache layers and model outputs."""
-    from transformers.cache_utils import Cache, CacheLayerMixin
-    from transformers.utils.generic import ModelOutput
-
-    classes = [Cache, *_subclasses(Cache), *_subclasses(CacheLayerMixin), *_subclasses(ModelOutput)]
-    classes += [t for t in pytree.SUPPORTED_NODES if getattr(t, "__module__", "").startswith("transformers.")]
-    return list(dict.fromkeys(c for c in classes if c.__module__.startswith("transformers.")))
+    """Classes a saved program's sample inputs may hold (see :func:`serialization_safe_classes`)."""
+    return serialization_safe_classes()
 
 
 def check_archive_pickles(path: Path, allowed: list[type]) -> None:
