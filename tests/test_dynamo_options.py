@@ -89,3 +89,18 @@ def test_metadata_from_dict_skips_unknown_keys():
     again = ExportMetadata.from_dict(data)
     assert again.to_dict() == exported.components["model"].metadata.to_dict()
     assert [s.role.value for s in again.inputs] == ["input", "input"]
+
+
+def test_gqa_models_trace_grouped_sdpa_instead_of_copying_the_cache():
+    case = TINY_CASES["llama"]  # 4 query heads, 2 K/V heads
+    model = case.build()
+    exported = DynamoExporter().export(model, case.inputs(2, 7), config=DynamoConfig(dynamic=True))
+    assert "dynamo-sdpa-gqa" in exported.components["model"].metadata.workarounds
+    graph = exported.program.graph
+    sdpa = [n for n in graph.nodes if "scaled_dot_product_attention" in str(n.target)]
+    assert sdpa and all(n.kwargs.get("enable_gqa") for n in sdpa)
+    assert not any("expand" in str(n.target) and "repeat" in n.name for n in graph.nodes)
+    assert _close(exported, model, case.inputs(3, 9))
+    mha = TINY_CASES["gpt2"]
+    plain = DynamoExporter().export(mha.build(), mha.inputs(2, 7), config=DynamoConfig(dynamic=True))
+    assert "dynamo-sdpa-gqa" not in plain.components["model"].metadata.workarounds
