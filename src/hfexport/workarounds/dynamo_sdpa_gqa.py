@@ -14,7 +14,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from .registry import Workaround, register_workaround
+from .registry import Workaround, patch_attribute, register_workaround
 
 _MODULE = "transformers.integrations.sdpa_attention"
 
@@ -39,12 +39,7 @@ def _apply(model: Any, inputs: dict) -> Callable[[], None]:
     def use_gqa(attention_mask: Any, key: Any, value: Any) -> bool:
         return key.device.type == "cpu" or original(attention_mask, key, value)
 
-    module.use_gqa_in_sdpa = use_gqa
-
-    def undo() -> None:
-        module.use_gqa_in_sdpa = original
-
-    return undo
+    return patch_attribute(module, "use_gqa_in_sdpa", use_gqa)
 
 
 register_workaround(

@@ -17,7 +17,7 @@ from typing import Any
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
-__all__ = ["Workaround", "register_workaround", "workarounds", "applied_workarounds"]
+__all__ = ["Workaround", "register_workaround", "workarounds", "applied_workarounds", "patch_attribute"]
 
 Undo = Callable[[], None]
 
@@ -67,6 +67,13 @@ class Workaround:
             "versions": dict(self.versions),
             "active": self.in_version_range(),
         }
+
+
+def patch_attribute(owner: Any, name: str, value: Any) -> Undo:
+    """Set ``owner.name = value``; return the function that puts the original back (a workaround's ``apply``)."""
+    original = getattr(owner, name)
+    setattr(owner, name, value)
+    return lambda: setattr(owner, name, original)
 
 
 _registry: dict[str, Workaround] = {}

@@ -17,7 +17,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from ..registry import Workaround, register_workaround
+from ..registry import Workaround, patch_attribute, register_workaround
 
 __all__ = ["closed_form_selective_scan"]
 
@@ -78,14 +78,7 @@ def _applies(model: Any, inputs: dict) -> bool:
 def _apply(model: Any, inputs: dict):
     import sys
 
-    module = sys.modules[_MODULE]
-    original = module.mamba_selective_scan
-    module.mamba_selective_scan = closed_form_selective_scan
-
-    def undo() -> None:
-        module.mamba_selective_scan = original
-
-    return undo
+    return patch_attribute(sys.modules[_MODULE], "mamba_selective_scan", closed_form_selective_scan)
 
 
 register_workaround(

@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from ..registry import Workaround, register_workaround
+from ..registry import Workaround, patch_attribute, register_workaround
 
 _QWEN2_VL = "transformers.models.qwen2_vl.modeling_qwen2_vl"
 
@@ -56,14 +56,7 @@ def _qwen2_vl_vision_applies(model: Any, inputs: dict) -> bool:
 
 
 def _qwen2_vl_vision_apply(model: Any, inputs: dict) -> Callable[[], None]:
-    cls = sys.modules[_QWEN2_VL].VisionAttention
-    original = cls.forward
-    cls.forward = _block_diagonal_vision_attention
-
-    def undo() -> None:
-        cls.forward = original
-
-    return undo
+    return patch_attribute(sys.modules[_QWEN2_VL].VisionAttention, "forward", _block_diagonal_vision_attention)
 
 
 register_workaround(
