@@ -147,12 +147,11 @@ class ExportedModel:
 
         def write_files(staging: Path) -> dict[str, Any]:
             components = {}
+            files = exporter.save_programs({n: c.program for n, c in self.components.items()}, staging)
             for name, component in self.components.items():
-                filename = f"{name}{exporter.program_suffix()}"
-                exporter.save_program(component.program, staging / filename)
                 components[name] = {
-                    "program": filename,
-                    "files": exporter.program_files(filename),
+                    "program": files[name][0],
+                    "files": files[name],
                     "metadata": component.metadata.to_dict(),
                 }
             configs = {}
@@ -228,12 +227,14 @@ class ExportedModel:
         exporter = exporter_class_for(manifest["export_format"])()
         exporter.validate_environment()
         components = {}
+        programs: dict[str, Any] = {}  # components saved as one file (one graph serving two stages) load it once
         for name, entry in manifest["components"].items():
             program_file = entry.get("program", entry["files"][0])
             if program_file not in locations:
                 raise ManifestError(str(root), [f"component {name!r}: program {program_file!r} is not listed"])
-            program = exporter.load_program(Path(locations[program_file]))
-            components[name] = ExportedComponent(program, ExportMetadata.from_dict(entry["metadata"]))
+            if program_file not in programs:
+                programs[program_file] = exporter.load_program(Path(locations[program_file]))
+            components[name] = ExportedComponent(programs[program_file], ExportMetadata.from_dict(entry["metadata"]))
         configs = manifest.get("configs") or {}
         config = _load_config(locations.get(configs.get("config")), trust_remote_code)
         generation_config = _load_generation_config(locations.get(configs.get("generation_config")))

@@ -162,17 +162,33 @@ class HfExporter(abc.ABC):
         )
         configs = self._component_configs(config, list(components))
         exported = {}
-        for name, (submodel, inputs) in components.items():
+        # the prefill last: a backend may run it on the decode graph (serves_prefill) instead of exporting it
+        for name in sorted(components, key=lambda n: n == "prefill"):
+            submodel, inputs = components[name]
+            decode = exported.get("decode")
+            if name == "prefill" and decode is not None and configs["prefill"] == configs["decode"] and (
+                self.serves_prefill(decode, inputs, multi_token_decode)
+            ):
+                exported[name] = decode
+                continue
             program, metadata = self._export_component(name, submodel, inputs, configs[name])
             exported[name] = ExportedComponent(program, metadata)
         return ExportedModel(
-            exported,
+            {name: exported[name] for name in components},
             export_format=self.export_format,
             config=getattr(model, "config", None),
             generation_config=generation_config or _generation_config(model),
         )
 
     # --- backend extension points -------------------------------------------------------------------------------
+
+    def serves_prefill(
+        self, decode: ExportedComponent, prefill_inputs: Mapping[str, Any], multi_token_decode: bool
+    ) -> bool:
+        """Whether the exported ``decode`` component can also run the prefill (then no prefill graph is exported,
+        and the ``"prefill"`` component is the decode one). Default: never. A multi-token decode over a static
+        cache can: one graph serves the prompt on an empty cache and every later step."""
+        return False
 
     @abc.abstractmethod
     def export_program(
@@ -195,6 +211,19 @@ class HfExporter(abc.ABC):
     def program_suffix(self) -> str:
         """File extension of a saved program, e.g. ``".pt2"``."""
         return ""
+
+    def save_programs(self, programs: Mapping[str, Any], directory: Path) -> dict[str, list[str]]:
+        """Write every component's program into ``directory``; return each component's files, its program first.
+
+        The default saves each one with :meth:`save_program` as ``<name><suffix>``. A backend that can store what
+        components share once (weights in ONNX external data) overrides this.
+        """
+        files = {}
+        for name, program in programs.items():
+            filename = f"{name}{self.program_suffix()}"
+            self.save_program(program, Path(directory) / filename)
+            files[name] = self.program_files(filename)
+        return files
 
     # --- shared machinery for backends ---------------------------------------------------------------------------
 

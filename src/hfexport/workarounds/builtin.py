@@ -1,4 +1,4 @@
 """The built-in workarounds: importing this module registers each of them."""
 
-from . import dynamo_sdpa_gqa, onnx_sdpa_heads, onnx_view_reshape  # noqa: F401
+from . import dynamo_sdpa_gqa, onnx_sdpa_gqa, onnx_sdpa_heads, onnx_view_reshape  # noqa: F401
 from .models import mamba, qwen2_vl  # noqa: F401

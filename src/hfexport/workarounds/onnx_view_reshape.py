@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .registry import Workaround, register_workaround
+from .registry import Workaround, patch_attribute, register_workaround
 
 __all__ = ["views_as_reshapes"]
 
@@ -49,12 +49,7 @@ def _apply(model: Any, inputs: dict):
         views_as_reshapes(exported_program)
         return original(exported_program, registry)
 
-    module.decompose_with_registry = decompose_with_registry
-
-    def undo() -> None:
-        module.decompose_with_registry = original
-
-    return undo
+    return patch_attribute(module, "decompose_with_registry", decompose_with_registry)
 
 
 register_workaround(

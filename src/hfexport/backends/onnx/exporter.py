@@ -1,0 +1,125 @@
+"""``OnnxExporter``: ``torch.export`` -> ``torch.onnx.export`` (dynamo path) -> onnxscript optimiser -> ORT fusions."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Mapping, MutableMapping
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ...configs import ExportFormat, OnnxConfig
+from ...exporter import HfExporter
+from ...metadata import ExportMetadata
+from . import storage
+from .convert import name_graph_io, opset_scope, to_onnx
+
+__all__ = ["OnnxExporter"]
+
+logger = logging.getLogger(__name__)
+
+_PACKAGES = ("onnx", "onnxscript", "onnx-ir", "onnxruntime")
+
+
+class OnnxExporter(HfExporter):
+    """Exporter that converts a ``PreTrainedModel`` to an ONNX graph (an ``onnx_ir.Model``), run on ONNX Runtime.
+
+    Example:
+        >>> from hfexport.exporter_onnx import OnnxExporter, OnnxConfig
+        >>> exported = OnnxExporter().export(model, inputs, config=OnnxConfig(dynamic=True))
+        >>> outputs = exported(**inputs)  # on ONNX Runtime
+        >>> onnx_model = exported.program  # an onnx_ir.Model
+        >>> exported.save_pretrained("exported")  # model.onnx, model.onnx.data, its metadata and the model config
+    """
+
+    export_format = ExportFormat.ONNX
+    config_class = OnnxConfig
+    # opset 23/24 (Attention, the default opset) needs onnx >= 1.18 and onnxruntime >= 1.23; tested: _versions.TESTED
+    required_packages = {"onnx": "1.18", "onnxscript": "0.5", "onnx-ir": "0.1.12", "onnxruntime": "1.23"}
+    package_extra = "onnx"
+
+    def export_program(
+        self, model: torch.nn.Module, sample_inputs: MutableMapping[str, Any], config: OnnxConfig
+    ) -> tuple[Any, ExportMetadata]:
+        quantizer = config.quantizer
+        if quantizer is not None:
+            quantizer.validate_environment(self.export_format)
+        converted: list[Any] = []
+
+        def convert(program: torch.export.ExportedProgram) -> torch.export.ExportedProgram:
+            # runs inside the trace's workaround scope, so that the ONNX workarounds (patches of torch.onnx) apply
+            if quantizer is not None and quantizer.quantizes_fx_graph:
+                program = quantizer.quantize(program, sample_inputs, self.export_format)
+            start = time.perf_counter()
+            converted.append(to_onnx(program, config.opset_version))
+            logger.info("torch.onnx.export: %.1fs", time.perf_counter() - start)
+            return program
+
+        with opset_scope(config.opset_version):
+            _, metadata = self.trace(model, sample_inputs, config, packages=_PACKAGES, transform=convert)
+        onnx_model = self.finish(converted[0], metadata, config)
+        if quantizer is not None and not quantizer.quantizes_fx_graph:
+            onnx_model = quantizer.quantize(onnx_model, sample_inputs, self.export_format)
+        return onnx_model, metadata
+
+    def finish(self, model: Any, metadata: ExportMetadata, config: OnnxConfig) -> Any:
+        """Optimise (and, with ``ort_fusions``, fuse) a converted graph, then name its I/O from the signature."""
+        timings = {}
+        if config.optimize:
+            from .optimize import optimize
+
+            start = time.perf_counter()
+            optimize(model)
+            timings["optimize"] = time.perf_counter() - start
+        if config.ort_fusions:
+            from .fusions import fuse_for_onnxruntime
+
+            start = time.perf_counter()
+            fuse_for_onnxruntime(model, config.ort_fusions)
+            timings["fuse"] = time.perf_counter() - start
+        name_graph_io(model, metadata)
+        if timings:
+            logger.info("ONNX graph passes: %s", ", ".join(f"{k} {v:.1f}s" for k, v in timings.items()))
+        return model
+
+    def serves_prefill(self, decode: Any, prefill_inputs: Mapping[str, Any], multi_token_decode: bool) -> bool:
+        """A multi-token decode over a static cache also runs the prefill: given the empty cache, the whole prompt in
+        one call (as the spec's decode loop does). The prefill then costs no export time and no second graph."""
+        metadata = decode.metadata
+        cache_key = next((k for k, v in metadata.kwargs.items() if v.get("kind") == "cache"), None)
+        if not multi_token_decode or cache_key is None or metadata.kwargs[cache_key].get("type") != "StaticCache":
+            return False
+        ids = next((s for s in metadata.inputs if s.name == "input_ids"), None)
+        if ids is None or len(ids.shape) != 2 or not isinstance(ids.shape[1], str):
+            return False  # the query axis was fixed at trace time: the graph cannot take a whole prompt
+        tensors = {k for k, v in prefill_inputs.items() if isinstance(v, torch.Tensor)}
+        return tensors <= set(metadata.kwargs)
+
+    # --- files --------------------------------------------------------------------------------------------------
+
+    def program_suffix(self) -> str:
+        return ".onnx"
+
+    def program_files(self, filename: str) -> list[str]:
+        return [filename, storage.data_name_for(filename)]
+
+    def save_program(self, program: Any, path: str | Path) -> None:
+        """Write ``path`` (the graph) and ``<path>.data`` (every weight)."""
+        path = Path(path)
+        storage.save_models({path.name: program}, path.parent, storage.data_name_for(path.name))
+
+    def save_programs(self, programs: Mapping[str, Any], directory: Path) -> dict[str, list[str]]:
+        """Write several components with one shared data file: a weight the graphs share is stored once. Components
+        served by the same program object (a static-cache prefill run by the decode graph) share its file."""
+        if len(programs) == 1:
+            return super().save_programs(programs, directory)
+        # a program serving several components is saved once, named after the last of them (the decode graph)
+        files = {id(program): f"{name}{self.program_suffix()}" for name, program in programs.items()}
+        to_write = {files[id(program)]: program for program in programs.values()}
+        storage.save_models(to_write, directory, storage.SHARED_DATA_NAME)
+        return {name: [files[id(p)], storage.SHARED_DATA_NAME] for name, p in programs.items()}
+
+    def load_program(self, path: str | Path) -> Any:
+        return storage.load_model(path)

@@ -1,0 +1,68 @@
+"""ONNX translations of ops torchlib has none for, passed to ``torch.onnx.export`` as ``custom_translation_table``.
+
+- ``transformers::grouped_mm_fallback`` (and ``aten::_grouped_mm``): the MoE experts' grouped matmul of
+  transformers' ``grouped_mm`` experts implementation. Rows arrive sorted by expert with ``offs`` the cumulative
+  row count per expert; the number of experts is static, so it unrolls into one ``MatMul`` per expert over its
+  ``Slice`` of rows, then a ``Concat``. The weights are split once (folded by ONNX Runtime at load), and no
+  ``[rows, in, out]`` gather of expert weights is materialised.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+__all__ = ["translation_table", "register_translation"]
+
+# op -> (translation, lowest opset it is valid for): added for the length of an export by registered workarounds
+_OVERRIDES: dict[Any, tuple[Any, int]] = {}
+
+
+def register_translation(op: Any, translation: Any, min_opset: int = 1) -> Any:
+    """Use ``translation`` for ``op`` in the exports that follow (from ``min_opset`` on); returns the undo."""
+    previous = _OVERRIDES.get(op)
+    _OVERRIDES[op] = (translation, min_opset)
+
+    def undo() -> None:
+        if previous is None:
+            _OVERRIDES.pop(op, None)
+        else:
+            _OVERRIDES[op] = previous
+
+    return undo
+
+
+def _grouped_mm(mat_a: Any, mat_b: Any, offs: Any, bias: Any = None, out_dtype: Any = None) -> Any:
+    from onnxscript.onnx_opset import opset18 as op
+
+    experts = mat_b.shape[0]
+    if not isinstance(experts, int):
+        raise ValueError("grouped_mm: the number of experts (weight.shape[0]) must be static")
+    axis0 = op.Constant(value_ints=[0])
+    ends = op.Split(op.Cast(offs, to=7), axis=0, num_outputs=experts) if experts > 1 else [op.Cast(offs, to=7)]
+    weights = op.Split(mat_b, axis=0, num_outputs=experts) if experts > 1 else [mat_b]
+    biases = (op.Split(bias, axis=0, num_outputs=experts) if experts > 1 else [bias]) if bias is not None else None
+    start = op.Constant(value_ints=[0])
+    outputs = []
+    for g in range(experts):
+        rows = op.Slice(mat_a, start, ends[g], axis0)
+        out = op.MatMul(rows, op.Squeeze(weights[g], axis0))
+        if biases is not None:
+            out = op.Add(out, op.Squeeze(biases[g], axis0))
+        outputs.append(out)
+        start = ends[g]
+    return op.Concat(*outputs, axis=0) if experts > 1 else outputs[0]
+
+
+def translation_table(opset: int) -> dict[Any, Any]:
+    """``{torch op: onnxscript translation}`` for the ops loaded in this process, at ``opset``."""
+    table: dict[Any, Any] = {op: fn for op, (fn, min_opset) in _OVERRIDES.items() if opset >= min_opset}
+    grouped = getattr(torch.ops.aten, "_grouped_mm", None)
+    if grouped is not None and hasattr(grouped, "default"):
+        table.setdefault(grouped.default, _grouped_mm)
+    namespace = getattr(torch.ops, "transformers", None)
+    fallback = getattr(namespace, "grouped_mm_fallback", None) if namespace is not None else None
+    if fallback is not None:
+        table.setdefault(fallback.default, _grouped_mm)
+    return table
