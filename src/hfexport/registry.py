@@ -51,9 +51,12 @@ def _resolve_builtin(fmt: ExportFormat, which: int) -> type:
         if e.name and e.name.startswith("hfexport."):
             from .errors import UnsupportedError
 
+            import importlib.util
+
+            available = [str(f) for f in _BUILTIN if importlib.util.find_spec(f"hfexport.backends.{f}") is not None]
             raise UnsupportedError(
                 f"the {str(fmt)!r} backend is not part of this hfexport release yet ({path} is missing); "
-                "available now: dynamo"
+                f"available now: {', '.join(available)}"
             ) from None
         raise
 
