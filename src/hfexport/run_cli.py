@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .errors import HfExportError, UnsupportedError
+from .errors import UnsupportedError
 
 __all__ = ["add_run_parser", "cmd_run", "TimingStreamer", "main"]
 
@@ -215,16 +215,11 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m hfexport.run_cli DIR --prompt ...``: the ``run`` subcommand on its own."""
-    parser = argparse.ArgumentParser(prog="hfexport")
-    add_run_parser(parser.add_subparsers(dest="command", required=True))
+    """``python -m hfexport.run_cli DIR --prompt ...``: the ``run`` subcommand on its own (``run`` may be omitted)."""
+    from .cli import main as cli_main
+
     argv = list(sys.argv[1:] if argv is None else argv)
-    args = parser.parse_args(argv if argv[:1] == ["run"] else ["run", *argv])
-    try:
-        return args.func(args)
-    except HfExportError as e:
-        print(f"hfexport: error: {e}", file=sys.stderr)
-        return 2
+    return cli_main(argv if argv[:1] == ["run"] else ["run", *argv])
 
 
 if __name__ == "__main__":
