@@ -209,83 +209,66 @@ def test_in_place_false_leaves_the_callers_cache_untouched(static_plain, model):
 
 
 def test_the_specs_onnx_runtime_decode_loop_runs_on_cpu(static_plain, model):
-    """The guide's ONNX Runtime loop, with the CPU provider and io-binding standing in for CudaSession."""
+    """The guide's ONNX Runtime loop as written, on the CPU provider: ORT's own CudaSession io-binding helper binds
+    torch CPU tensors just as well (device "cpu" instead of "cuda")."""
     import onnxruntime as ort
-    from onnxruntime.transformers.io_binding_helper import TypeHelper
+    from onnxruntime.transformers.io_binding_helper import CudaSession, TypeHelper
 
     _, directory = static_plain
+    device = torch.device("cpu")
     max_cache_len = CACHE_LEN
     prompt_ids = CASE.inputs(1, 7)["input_ids"]
     prompt_len = prompt_ids.shape[-1]
 
-    class CpuSession:  # CudaSession's API on the CPU: outputs not shared are allocated by ONNX Runtime
-        def __init__(self, session):
-            self.session, self.binding, self.sharing = session, session.io_binding(), {}
-            self.outputs = [o.name for o in session.get_outputs()]
-
-        def set_buffer_sharing(self, input_name, output_name):
-            self.sharing[input_name] = output_name
-
-        def allocate_buffers(self, shapes):
-            self.shapes = shapes
-
-        def infer(self, feed):
-            shared = {output: feed[input_name] for input_name, output in self.sharing.items()}
-            for name, tensor in feed.items():
-                kind = TypeHelper.torch_type_to_numpy_type(tensor.dtype)
-                self.binding.bind_input(name, "cpu", 0, kind, list(tensor.shape), tensor.data_ptr())
-            for name in self.outputs:  # bound in the session's order, so get_outputs() comes back in it
-                if name in shared:
-                    tensor = shared[name]
-                    kind = TypeHelper.torch_type_to_numpy_type(tensor.dtype)
-                    self.binding.bind_output(name, "cpu", 0, kind, list(tensor.shape), tensor.data_ptr())
-                else:
-                    self.binding.bind_output(name, "cpu")
-            self.session.run_with_iobinding(self.binding)
-            return {n: torch.from_numpy(v.numpy()) for n, v in zip(self.outputs, self.binding.get_outputs())
-                    if n not in shared}
-
     def causal_mask(positions, cache_len):
-        return (torch.arange(cache_len)[None, :] <= positions[:, None])[None, None]
+        return (torch.arange(cache_len, device=device)[None, :] <= positions[:, None])[None, None]
 
     session = ort.InferenceSession(str(directory / "decode.onnx"), providers=["CPUExecutionProvider"])
-    cpu = CpuSession(session)
+    cuda = CudaSession(session, device)
+
     cache = {}
     for i in session.get_inputs():
         if not i.name.startswith("input."):
             continue
         name = i.name[len("input.") :]
         dims = [max_cache_len if isinstance(d, str) and not d.isdigit() else int(d) for d in i.shape]
-        cache[name] = torch.zeros(dims, dtype=TypeHelper.ort_type_to_torch_type(i.type))
-        cpu.set_buffer_sharing(f"input.{name}", f"output.{name}")
+        cache[name] = torch.zeros(dims, dtype=TypeHelper.ort_type_to_torch_type(i.type), device=device)
+        cuda.set_buffer_sharing(f"input.{name}", f"output.{name}")
     cache_feed = {f"input.{name}": buf for name, buf in cache.items()}
-    vocab_size = next(o.shape[-1] for o in session.get_outputs() if o.name.endswith("logits"))
-    assert vocab_size == model.config.vocab_size
 
-    positions = torch.arange(prompt_len)
-    cpu.allocate_buffers({"logits": (1, prompt_len, vocab_size)})
-    out = cpu.infer({"input_ids": prompt_ids, "attention_mask": causal_mask(positions, max_cache_len),
-                     "position_ids": positions[None], **cache_feed})
+    vocab_size = next(o.shape[-1] for o in session.get_outputs() if o.name.endswith("logits"))
+
+    # prefill: the whole prompt in one call
+    positions = torch.arange(prompt_len, device=device)
+    cuda.allocate_buffers({"logits": (1, prompt_len, vocab_size)})
+    out = cuda.infer({"input_ids": prompt_ids, "attention_mask": causal_mask(positions, max_cache_len),
+                      "position_ids": positions[None], **cache_feed})
     next_token = out["logits"][:, -1:].argmax(-1)
     tokens = [int(next_token)]
-    cpu.allocate_buffers({"logits": (1, 1, vocab_size)})
-    input_ids = torch.empty((1, 1), dtype=torch.long)
-    position_ids = torch.empty((1, 1), dtype=torch.long)
-    attention_mask = torch.empty((1, 1, 1, max_cache_len), dtype=torch.bool)
-    slots = torch.arange(max_cache_len)
+
+    # decode: query=1 buffers reused in place
+    cuda.allocate_buffers({"logits": (1, 1, vocab_size)})
+    input_ids = torch.empty((1, 1), dtype=torch.long, device=device)
+    position_ids = torch.empty((1, 1), dtype=torch.long, device=device)
+    attention_mask = torch.empty((1, 1, 1, max_cache_len), dtype=torch.bool, device=device)
+    slots = torch.arange(max_cache_len, device=device)
     for position in range(prompt_len, prompt_len + 15):
         input_ids.copy_(next_token)
         position_ids.fill_(position)
         attention_mask[0, 0, 0].copy_(slots <= position)
-        out = cpu.infer({"input_ids": input_ids, "attention_mask": attention_mask,
-                         "position_ids": position_ids, **cache_feed})
+        out = cuda.infer({"input_ids": input_ids, "attention_mask": attention_mask,
+                          "position_ids": position_ids, **cache_feed})
         next_token = out["logits"][:, -1:].argmax(-1)
         tokens.append(int(next_token))
+
+    assert vocab_size == model.config.vocab_size
     with torch.no_grad():
         expected = model.generate(prompt_ids, attention_mask=torch.ones_like(prompt_ids), max_new_tokens=16,
                                   do_sample=False, eos_token_id=None)
     assert tokens == expected[0, prompt_len:].tolist()
-    assert int(cache["past_key_values.layers.0.cumulative_length"]) == prompt_len + 15  # updated in place
+    # the K/V and the position counters were updated in the caller's buffers, with no copy out
+    assert int(cache["past_key_values.layers.0.cumulative_length"]) == prompt_len + 15
+    assert cache["past_key_values.layers.1.keys"][0, :, prompt_len + 14].abs().sum() > 0
 
 
 # --- fusions ---------------------------------------------------------------------------------------------------------

@@ -7,7 +7,7 @@ import itertools
 import numpy as np
 import onnx_ir as ir
 
-__all__ = ["Editor", "producer", "perm", "int_list", "static_dim", "CONTRIB"]
+__all__ = ["CONTRIB", "Editor", "as_bsd", "from_bsd", "int_list", "like", "perm", "producer", "replace", "static_dim"]
 
 CONTRIB = "com.microsoft"
 _counter = itertools.count()
@@ -35,13 +35,6 @@ def int_list(value: ir.Value | None) -> list[int] | None:
     if array.dtype.kind not in "iu":
         return None
     return [int(x) for x in array.reshape(-1)]
-
-
-def float_scalar(value: ir.Value | None) -> float | None:
-    if value is None or value.const_value is None:
-        return None
-    array = value.const_value.numpy()
-    return float(array.reshape(-1)[0]) if array.size == 1 and array.dtype.kind == "f" else None
 
 
 def static_dim(value: ir.Value | None, axis: int) -> int | None:
