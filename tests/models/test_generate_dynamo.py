@@ -13,6 +13,8 @@ import pytest
 import torch
 
 from hfexport import DynamoConfig, DynamoExporter, UnsupportedError
+from generation_cases import generation_config, text_inputs
+
 from hfexport.models.tiny import TINY_CASES
 
 NEW_TOKENS = 32
@@ -27,17 +29,8 @@ UNSUPPORTED = {
 }
 
 
-def _text_inputs(case, batch, seq):
-    return {k: v for k, v in case.inputs(batch, seq).items() if not k.startswith("decoder")}
-
-
-def _generation_config(model, cache):
-    gen = copy.deepcopy(model.generation_config)
-    gen.do_sample = False
-    if cache == "static":
-        gen.cache_implementation = "static"
-        gen.max_cache_len = 64
-    return gen
+_text_inputs = text_inputs
+_generation_config = generation_config
 
 
 @pytest.mark.parametrize("cache,multi", COMBOS, ids=[f"{c}-{'multi' if m else 'single'}" for c, m in COMBOS])

@@ -21,6 +21,8 @@ import torch
 
 from hfexport import OnnxConfig, UnsupportedError
 from hfexport.exporter_onnx import OnnxExporter
+from generation_cases import generation_config, text_inputs
+
 from hfexport.models.tiny import TINY_CASES
 
 NEW_TOKENS = 32
@@ -41,17 +43,8 @@ UNSUPPORTED = {
 }
 
 
-def _text_inputs(case, batch, seq):
-    return {k: v for k, v in case.inputs(batch, seq).items() if not k.startswith("decoder")}
-
-
-def _generation_config(model, cache):
-    gen = copy.deepcopy(model.generation_config)
-    gen.do_sample = False
-    if cache == "static":
-        gen.cache_implementation = "static"
-        gen.max_cache_len = 64
-    return gen
+_text_inputs = text_inputs
+_generation_config = generation_config
 
 
 def _id(case):
