@@ -10,7 +10,7 @@ STAMP := $(VENV)/.installed
 # -n 2 --dist loadfile). Where cores are real, try: make test PYTEST_ARGS="-n 4 --dist loadfile --timeout=900"
 PYTEST_ARGS ?= --timeout=900
 
-.PHONY: venv test demo matrix bench clean
+.PHONY: venv test test-sweep demo matrix bench clean
 
 venv: $(STAMP)
 
@@ -24,6 +24,10 @@ $(STAMP): pyproject.toml constraints.txt
 
 test: $(STAMP)
 	$(BIN)/python -m pytest $(PYTEST_ARGS) tests
+
+# The default suite plus the architecture sweeps kept out of it for time (`-m ""` clears the default `not sweep`).
+test-sweep: $(STAMP)
+	$(BIN)/python -m pytest $(PYTEST_ARGS) -m "" tests
 
 # Runs an hfexport sub-command, or says plainly that it does not exist yet (or that hfexport fails to start).
 define hfexport_cmd
