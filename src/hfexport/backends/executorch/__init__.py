@@ -1,0 +1,13 @@
+"""The ExecuTorch backend: ``torch.export`` -> edge dialect lowered to XNNPACK / CUDA / MLX -> ``.pte``.
+
+Modules, one concern each:
+
+- :mod:`.targets`: the three ExecuTorch backends: machine checks before tracing, partitioners, edge config.
+- :mod:`.lowering`: ``to_edge_transform_and_lower`` and ``to_executorch`` with the config's memory planning.
+- :mod:`.exporter` / :mod:`.runner`: the backend's ``HfExporter`` and ``ModelRunner`` (``executorch.runtime``).
+"""
+
+from .exporter import ExecutorchExporter
+from .runner import ExecutorchRunner
+
+__all__ = ["ExecutorchExporter", "ExecutorchRunner"]

@@ -1,0 +1,129 @@
+"""``ExecutorchExporter``: ``torch.export`` -> ``to_edge_transform_and_lower`` (XNNPACK / CUDA / MLX partitioner)
+-> ``to_executorch`` with the config's memory planning -> ``.pte``."""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import time
+from collections.abc import Mapping, MutableMapping
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ...configs import ExecutorchConfig, ExportFormat
+from ...exporter import HfExporter
+from ...metadata import ExportMetadata
+from .layout import record_program_outputs
+from .lowering import lower
+from .targets import target_for
+
+__all__ = ["ExecutorchExporter"]
+
+logger = logging.getLogger(__name__)
+
+_PACKAGES = ("executorch", "torchao")
+
+
+class ExecutorchExporter(HfExporter):
+    """Exporter that converts a ``PreTrainedModel`` to an ExecuTorch ``ExecutorchProgramManager``, run on the
+    ExecuTorch runtime.
+
+    Example:
+        >>> from hfexport.exporter_executorch import ExecutorchExporter, ExecutorchConfig
+        >>> exported = ExecutorchExporter().export(model, inputs, config=ExecutorchConfig(backend="xnnpack"))
+        >>> outputs = exported(**inputs)  # on the ExecuTorch runtime
+        >>> exported.save_pretrained("exported")  # model.pte, its metadata and the model config
+    """
+
+    export_format = ExportFormat.EXECUTORCH
+    config_class = ExecutorchConfig
+    required_packages = {"executorch": "1.0", "torchao": "0.10"}
+    package_extra = "executorch"
+
+    #: seconds per phase of the last export_program call (trace, to_edge_and_lower, to_executorch)
+    last_timings: dict[str, float]
+
+    def export_program(
+        self, model: torch.nn.Module, sample_inputs: MutableMapping[str, Any], config: ExecutorchConfig
+    ) -> tuple[Any, ExportMetadata]:
+        target = target_for(config.backend)
+        target.check(model, sample_inputs)  # before tracing: a machine that cannot lower says so at once
+        quantizer = config.quantizer
+        if quantizer is not None:
+            quantizer.validate_environment(self.export_format)
+        lowered: list[Any] = []
+        timings: dict[str, float] = {}
+        start = time.perf_counter()
+
+        def convert(program: torch.export.ExportedProgram) -> torch.export.ExportedProgram:
+            # inside the trace's workaround scope: the ExecuTorch workarounds (e.g. MoE experts) still hold
+            if quantizer is not None:
+                program = quantizer.quantize(program, sample_inputs, self.export_format)
+            timings["trace"] = time.perf_counter() - start
+            lowered.append(lower(program, config, target, model, timings))
+            return program
+
+        _, metadata = self.trace(model, _contiguous(sample_inputs), config, packages=_PACKAGES, transform=convert)
+        record_program_outputs(lowered[0], metadata)
+        self.last_timings = timings
+        return lowered[0], metadata
+
+    def serves_prefill(self, decode: Any, prefill_inputs: Mapping[str, Any], multi_token_decode: bool) -> bool:
+        """A multi-token decode over a static cache also runs the prefill (the whole prompt on the empty cache, as
+        the spec's decode loop does): one program, the weights stored once, and half the export time."""
+        metadata = decode.metadata
+        cache_key = next((k for k, v in metadata.kwargs.items() if v.get("kind") == "cache"), None)
+        if not multi_token_decode or cache_key is None or metadata.kwargs[cache_key].get("type") != "StaticCache":
+            return False
+        ids = next((s for s in metadata.inputs if s.name == "input_ids"), None)
+        if ids is None or len(ids.shape) != 2 or not isinstance(ids.shape[1], str):
+            return False  # the query axis was fixed at trace time: the program cannot take a whole prompt
+        tensors = {k for k, v in prefill_inputs.items() if isinstance(v, torch.Tensor)}
+        return tensors <= set(metadata.kwargs)
+
+    # --- files --------------------------------------------------------------------------------------------------
+
+    def program_suffix(self) -> str:
+        return ".pte"
+
+    def save_program(self, program: Any, path: str | Path) -> None:
+        """Stream the ``.pte`` to ``path``; a program read back by :meth:`load_program` copies its file."""
+        source = getattr(program, "hfexport_path", None)
+        if source is not None:
+            if Path(source).resolve() != Path(path).resolve():
+                shutil.copyfile(source, path)
+            return
+        with open(path, "wb") as file:
+            program.write_to_file(file)
+
+    def save_programs(self, programs: Mapping[str, Any], directory: Path) -> dict[str, list[str]]:
+        """A program serving several components (a static-cache prefill run by the decode program) is written
+        once, named after the last of them."""
+        files = {id(program): f"{name}{self.program_suffix()}" for name, program in programs.items()}
+        written = set()
+        for program in programs.values():
+            filename = files[id(program)]
+            if filename not in written:
+                self.save_program(program, Path(directory) / filename)
+                written.add(filename)
+        return {name: [files[id(p)]] for name, p in programs.items()}
+
+    def load_program(self, path: str | Path) -> Any:
+        """The ``.pte`` as an ``executorch.runtime.Program`` (the spec's contract: the export-time
+        ``ExecutorchProgramManager`` cannot be rebuilt from the file). It keeps its path, to be saved again."""
+        from executorch.runtime import Runtime
+
+        program = Runtime.get().load_program(Path(path))
+        program.hfexport_path = str(path)
+        return program
+
+
+def _contiguous(inputs: MutableMapping[str, Any]) -> MutableMapping[str, Any]:
+    """ExecuTorch rejects stride-0 (broadcast) inputs; a contiguous tensor is passed through as itself, so a cache
+    keeps its identity."""
+    out = type(inputs)() if isinstance(inputs, dict) else dict()
+    for key, value in inputs.items():
+        out[key] = value.contiguous() if isinstance(value, torch.Tensor) else value
+    return out

@@ -1,0 +1,42 @@
+"""The flat outputs of a lowered program, as the typed signature: what ``Method.execute`` returns, in its order.
+
+``torch.export`` keeps a static cache's in-place write as an in-place op; the edge dialect functionalises it, so the
+``.pte`` returns the new value of every cache tensor it updates (``USER_INPUT_MUTATION``) before the model's own
+outputs. The metadata recorded while tracing is rewritten here to list them, each naming the input it updates, so
+the runner can write them back without parsing any name.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from torch.export.graph_signature import InputKind, OutputKind, TensorArgument
+
+from ...metadata import ExportMetadata, IORole, TensorSpec
+
+__all__ = ["record_program_outputs"]
+
+
+def record_program_outputs(manager: Any, metadata: ExportMetadata, method: str = "forward") -> None:
+    """Set ``metadata.outputs`` to the outputs of ``manager``'s ``method``, mutations first, in place."""
+    signature = manager.exported_program(method).graph_signature
+    user_inputs = [s for s in signature.input_specs if s.kind == InputKind.USER_INPUT
+                   and isinstance(s.arg, TensorArgument)]
+    if len(user_inputs) != len(metadata.inputs):
+        raise RuntimeError(
+            f"the lowered program takes {len(user_inputs)} tensor inputs, the traced one {len(metadata.inputs)}"
+        )
+    by_placeholder = {s.arg.name: spec for s, spec in zip(user_inputs, metadata.inputs)}
+    mutations = []
+    for spec in signature.output_specs:
+        if spec.kind == OutputKind.USER_INPUT_MUTATION:
+            target = by_placeholder[spec.target]
+            target.mutated = True
+            mutations.append(TensorSpec(name=target.name, role=IORole.MUTATION, dtype=target.dtype,
+                                        shape=list(target.shape), target=target.name))
+        elif spec.kind not in (OutputKind.USER_OUTPUT, OutputKind.BUFFER_MUTATION):
+            raise RuntimeError(f"unsupported output kind {spec.kind} in the lowered program")
+    if any(s.kind == OutputKind.BUFFER_MUTATION for s in signature.output_specs):
+        pass  # a mutable buffer stays inside the program: the runtime writes it back itself, nothing is returned
+    user = [s for s in metadata.outputs if s.role in (IORole.OUTPUT, IORole.CACHE_OUTPUT)]
+    metadata.outputs = mutations + user

@@ -1,0 +1,63 @@
+"""Edge lowering and the ExecuTorch program: ``to_edge_transform_and_lower`` -> ``to_executorch``.
+
+The memory-planning pass honours ``ExecutorchConfig``'s alloc flags: with ``alloc_graph_input=False`` the runtime
+reads the caller's input buffers (an in-place cache write lands in them), with ``alloc_graph_output=False`` the
+caller binds the output buffers (``Method::set_output_data_ptr``, the C++ zero-copy decode loop). Each phase is
+timed and logged, so a slow export says where its time went.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+import torch
+
+from ...configs import ExecutorchConfig
+from .bounds import cap_dynamic_dims
+from .targets import Target
+
+__all__ = ["lower", "backend_config"]
+
+logger = logging.getLogger(__name__)
+
+
+def backend_config(config: ExecutorchConfig) -> Any:
+    """The ``ExecutorchBackendConfig`` of ``to_executorch``: a memory-planning pass with the config's alloc flags."""
+    from executorch.exir import ExecutorchBackendConfig
+    from executorch.exir.passes import MemoryPlanningPass
+
+    return ExecutorchBackendConfig(
+        memory_planning_pass=MemoryPlanningPass(
+            alloc_graph_input=config.alloc_graph_input,
+            alloc_graph_output=config.alloc_graph_output,
+            alloc_mutable_buffers=config.alloc_mutable_buffers,
+        ),
+        # the graph's own copy of a cache update is pointless when the output is written in place
+        run_reinplace_pass=False,
+    )
+
+
+def lower(
+    program: torch.export.ExportedProgram, config: ExecutorchConfig, target: Target, model: Any,
+    timings: dict[str, float] | None = None,
+) -> Any:
+    """Lower a traced program for ``target`` and build its ``ExecutorchProgramManager``."""
+    from executorch.exir import to_edge_transform_and_lower
+
+    timings = {} if timings is None else timings
+    cap_dynamic_dims(program)
+    start = time.perf_counter()
+    edge = to_edge_transform_and_lower(
+        program,
+        partitioner=target.partitioners(model),
+        compile_config=target.compile_config(),
+        transform_passes=target.transform_passes(),
+    )
+    timings["to_edge_and_lower"] = time.perf_counter() - start
+    start = time.perf_counter()
+    manager = edge.to_executorch(config=backend_config(config))
+    timings["to_executorch"] = time.perf_counter() - start
+    logger.info("ExecuTorch lowering (%s): %s", target.name, ", ".join(f"{k} {v:.1f}s" for k, v in timings.items()))
+    return manager
