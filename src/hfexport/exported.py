@@ -77,10 +77,9 @@ class ExportedModel:
 
         self._device = device
         self._runner_kwargs = dict(runner_kwargs)
-        self._runners = {
-            name: ModelRunner.from_program(c.program, c.metadata, device=device, **runner_kwargs)
-            for name, c in self.components.items()
-        }
+        self._runners = {}
+        for name in self.components:
+            self.runner(name)
         return self
 
     def runner(self, name: str = "model") -> Any:
@@ -91,7 +90,10 @@ class ExportedModel:
             from .runner import ModelRunner
 
             c = self.components[name]
-            self._runners[name] = ModelRunner.from_program(
+            # components served by one program (a static-cache prefill run by the decode graph) share its runner:
+            # one compiled model, and a stateful backend's state carries from the prefill call to the decode calls
+            shared = next((n for n in self._runners if self.components[n].program is c.program), None)
+            self._runners[name] = self._runners[shared] if shared else ModelRunner.from_program(
                 c.program, c.metadata, device=self._device, **self._runner_kwargs
             )
         return self._runners[name]

@@ -1,0 +1,76 @@
+"""``ExportedProgram`` -> ``openvino.Model``, with every port named after its signature entry.
+
+``openvino.convert_model`` names a program's parameters after the forward's argument names, which no longer line up
+once caches are flattened; its parameters and results do come in the program's flat order. So each parameter is
+renamed after ``metadata.inputs[i]`` and each result after ``metadata.user_outputs[j]`` (a cache output gets the
+``present.`` prefix: a tensor name is unique within a model, and the cache input already holds the plain one).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from ...errors import ExportError
+from ...metadata import ExportMetadata, IORole
+
+__all__ = ["convert", "name_ports", "input_names", "output_names", "PRESENT"]
+
+PRESENT = "present."
+
+
+def input_names(metadata: ExportMetadata) -> list[str]:
+    return [s.name for s in metadata.inputs]
+
+
+def output_names(metadata: ExportMetadata) -> list[str]:
+    return [PRESENT + s.name if s.role is IORole.CACHE_OUTPUT else s.name for s in metadata.user_outputs]
+
+
+def convert(program: torch.export.ExportedProgram) -> Any:
+    """``openvino.convert_model`` (looked up at call time, so that the registered workarounds wrapping it apply)."""
+    import openvino as ov
+
+    return ov.convert_model(program)
+
+
+def name_ports(model: Any, metadata: ExportMetadata) -> Any:
+    """Name the ports of a converted ``model`` from ``metadata`` (in place); returns it."""
+    params, results = model.get_parameters(), model.get_results()
+    names_in, names_out = input_names(metadata), output_names(metadata)
+    if len(params) != len(names_in) or len(results) != len(names_out):
+        raise ExportError(
+            f"openvino.convert_model gave {len(params)} inputs and {len(results)} outputs; the traced signature has "
+            f"{len(names_in)} and {len(names_out)}",
+            stage="convert",
+            hint="a graph input or output that is not a tensor (or an unused one) was dropped by the converter",
+        )
+    for param, name in zip(params, names_in):
+        param.set_friendly_name(name)
+        param.output(0).get_tensor().set_names({name})
+    named: set[tuple[str, int]] = set()
+    for result, name in zip(results, names_out):
+        source = result.input_value(0)
+        key = (source.get_node().get_name(), source.get_index())
+        if source.get_node().get_type_name() == "Parameter" or key in named:
+            # a pass-through (an unchanged cross-attention cache) or an output returned twice: give the result a
+            # tensor of its own, so that naming it does not rename the input (or the other output)
+            source = _identity(source)
+            result.input(0).replace_source_output(source)
+        named.add((source.get_node().get_name(), source.get_index()))
+        result.set_friendly_name(name)
+        source.get_tensor().set_names({name})
+        result.output(0).get_tensor().set_names({name})  # a Result holds its own names (OpenVINO >= 2025)
+    model.validate_nodes_and_infer_types()
+    return model
+
+
+def _identity(source: Any) -> Any:
+    import numpy as np
+    import openvino.opset13 as ops
+
+    element = source.get_element_type()
+    if element.is_real():
+        return ops.multiply(source, ops.constant(np.array(1, dtype=element.to_dtype()))).output(0)
+    return ops.convert(source, element).output(0)

@@ -1,0 +1,126 @@
+"""``OpenVINOExporter``: ``torch.export`` -> ``openvino.convert_model`` -> (fp16 weights) -> (stateful variables)."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Mapping, MutableMapping
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ...configs import ExportFormat, OpenVINOConfig
+from ...exporter import HfExporter
+from ...metadata import ExportMetadata
+
+__all__ = ["OpenVINOExporter"]
+
+logger = logging.getLogger(__name__)
+
+_PACKAGES = ("openvino",)
+
+
+class OpenVINOExporter(HfExporter):
+    """Exporter that converts a ``PreTrainedModel`` to OpenVINO IR (an ``openvino.Model``), run on OpenVINO Runtime.
+
+    With ``stateful=True`` (the default) a decode graph keeps its cache in OpenVINO variables: the runner carries
+    it from call to call, starts from the caller's cache at each new sequence, and reorders it through ``beam_idx``.
+
+    Example:
+        >>> from hfexport.exporter_openvino import OpenVINOExporter, OpenVINOConfig
+        >>> exported = OpenVINOExporter().export(model, inputs, config=OpenVINOConfig(dynamic=True))
+        >>> outputs = exported(**inputs)  # on OpenVINO Runtime, fp32 for an fp32 model
+        >>> ov_model = exported.program  # an openvino.Model
+        >>> exported.save_pretrained("exported")  # openvino_model.xml / .bin, its metadata and the model config
+    """
+
+    export_format = ExportFormat.OPENVINO
+    config_class = OpenVINOConfig
+    required_packages = {"openvino": "2025.0"}
+    package_extra = "openvino"
+    program_filename = "openvino_model"
+
+    def export_program(
+        self, model: torch.nn.Module, sample_inputs: MutableMapping[str, Any], config: OpenVINOConfig
+    ) -> tuple[Any, ExportMetadata]:
+        quantizer = config.quantizer
+        if quantizer is not None:
+            quantizer.validate_environment(self.export_format)
+        from .convert import convert, name_ports
+
+        converted: list[Any] = []
+
+        def to_openvino(program: torch.export.ExportedProgram) -> torch.export.ExportedProgram:
+            # runs inside the trace's workaround scope, so that the OpenVINO workarounds (around convert_model) apply
+            if quantizer is not None and quantizer.quantizes_fx_graph:
+                program = quantizer.quantize(program, sample_inputs, self.export_format)
+            start = time.perf_counter()
+            converted.append(convert(program))
+            logger.info("openvino.convert_model: %.1fs", time.perf_counter() - start)
+            return program
+
+        _, metadata = self.trace(model, sample_inputs, config, packages=_PACKAGES, transform=to_openvino)
+        ov_model = name_ports(converted[0], metadata)
+        if quantizer is not None and not quantizer.quantizes_fx_graph:
+            ov_model = quantizer.quantize(ov_model, sample_inputs, self.export_format)
+        return self.finish(ov_model, metadata, config), metadata
+
+    def finish(self, model: Any, metadata: ExportMetadata, config: OpenVINOConfig) -> Any:
+        """Compress weights to fp16 (``compress_to_fp16``) and fold state into variables (``stateful``)."""
+        if config.compress_to_fp16:
+            from openvino._offline_transformations import compress_model_transformation
+
+            compress_model_transformation(model)
+        if config.stateful:
+            from .stateful import make_stateful
+
+            make_stateful(model, metadata)
+        return model
+
+    def serves_prefill(self, decode: Any, prefill_inputs: Mapping[str, Any], multi_token_decode: bool) -> bool:
+        """A multi-token decode over a static cache also runs the prefill (the prompt on the empty cache): one IR,
+        the weights stored once."""
+        metadata = decode.metadata
+        cache_key = next((k for k, v in metadata.kwargs.items() if v.get("kind") == "cache"), None)
+        if not multi_token_decode or cache_key is None or metadata.kwargs[cache_key].get("type") != "StaticCache":
+            return False
+        ids = next((s for s in metadata.inputs if s.name == "input_ids"), None)
+        if ids is None or len(ids.shape) != 2 or not isinstance(ids.shape[1], str):
+            return False
+        tensors = {k for k, v in prefill_inputs.items() if isinstance(v, torch.Tensor)}
+        return tensors <= set(metadata.kwargs)
+
+    # --- files --------------------------------------------------------------------------------------------------
+
+    def program_suffix(self) -> str:
+        return ".xml"
+
+    def program_files(self, filename: str) -> list[str]:
+        return [filename, str(Path(filename).with_suffix(".bin"))]
+
+    def save_programs(self, programs: Mapping[str, Any], directory: Path) -> dict[str, list[str]]:
+        """One ``openvino_model.xml``/``.bin`` for a single program (the spec's names); a program serving several
+        components (a static-cache prefill run by the decode graph) is written once."""
+        distinct = {id(p): p for p in programs.values()}
+        if len(distinct) == 1:
+            filename = f"{self.program_filename}{self.program_suffix()}"
+            self.save_program(next(iter(distinct.values())), Path(directory) / filename)
+            return {name: self.program_files(filename) for name in programs}
+        files = {id(program): f"{name}{self.program_suffix()}" for name, program in programs.items()}
+        for name, program in programs.items():
+            if files[id(program)] == f"{name}{self.program_suffix()}":
+                self.save_program(program, Path(directory) / files[id(program)])
+        return {name: self.program_files(files[id(p)]) for name, p in programs.items()}
+
+    def save_program(self, program: Any, path: str | Path) -> None:
+        """Write ``path`` (the graph, ``.xml``) and its weights (``.bin``); already-compressed weights stay as they
+        are (``compress_to_fp16`` is applied at export, so that the in-memory model runs as the saved one)."""
+        import openvino as ov
+
+        ov.save_model(program, str(path), compress_to_fp16=False)
+
+    def load_program(self, path: str | Path) -> Any:
+        import openvino as ov
+
+        return ov.Core().read_model(str(path))

@@ -1,0 +1,225 @@
+"""``OpenVINORunner``: runs an exported ``openvino.Model`` on OpenVINO Runtime.
+
+Inputs go in by pointer (numpy views of the torch tensors) under the names the signature gives them; outputs come
+back as torch tensors. Precision: OpenVINO's CPU plugin computes in bf16 on processors that have it and stores a
+stateful KV cache as u8, even for an fp32 model, which changes greedy tokens; an fp32 export is compiled with an f32
+precision hint and an f32 KV cache unless the caller's ``config`` says otherwise (``{"INFERENCE_PRECISION_HINT":
+"bf16"}`` is the explicit bf16 option).
+
+A stateful graph keeps the cache in variables. The call still takes the cache kwarg, as the source model does, and
+returns a cache object in the same place: the one it was given, which stands for the state (its tensors are not
+updated; :meth:`OpenVINORunner.state` reads the live values). Passing back the object the last call returned
+continues the sequence; any other cache object starts a new one: the state is reset and loaded from that cache's
+tensors (an empty static cache, or a prefill's output).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+import torch.utils._pytree as pytree
+
+from ...capture.caches import is_cache, tensor_leaves
+from ...configs import ExportFormat
+from ...errors import UnsupportedError
+from ...metadata import ExportMetadata
+from ...runner import ModelRunner
+from .convert import input_names, output_names
+from .stateful import BEAM_IDX, state_pairs, variable_id
+
+__all__ = ["OpenVINORunner", "compile_properties"]
+
+_F32_DEFAULTS = {"INFERENCE_PRECISION_HINT": "f32", "KV_CACHE_PRECISION": "f32"}
+
+
+def compile_properties(metadata: ExportMetadata, config: dict | None) -> dict[str, Any]:
+    """The compile properties: f32 precision for an fp32 export unless the caller's ``config`` sets it."""
+    properties = dict(config or {})
+    if metadata.export_dtype in (None, "float32"):
+        hint = properties.setdefault("INFERENCE_PRECISION_HINT", "f32")
+        properties.setdefault("KV_CACHE_PRECISION", str(hint) if str(hint) in ("f32", "bf16", "f16") else "f32")
+    return properties
+
+
+class OpenVINORunner(ModelRunner):
+    """Runs an ``openvino.Model`` on OpenVINO Runtime; ``runner(**kwargs)`` returns what the source model returns.
+
+    Args:
+        program: The exported model (as exported, or as :meth:`OpenVINOExporter.load_program` read it back).
+        metadata: Its export metadata.
+        device: ``"cpu"`` (default), or an OpenVINO device name (``"GPU"``, ``"NPU"``).
+        config: Compile properties for ``Core.compile_model`` (they override the f32 defaults of an fp32 export).
+        torch_threads: Threads left to torch (``torch.set_num_threads``) for the work around the model.
+
+    Example:
+        >>> exported = OpenVINOExporter().export(model, inputs, OpenVINOConfig(dynamic=True))
+        >>> exported.to("cpu", config={"INFERENCE_NUM_THREADS": 2})(**inputs).logits
+    """
+
+    export_format = ExportFormat.OPENVINO
+
+    def __init__(self, program: Any, metadata: ExportMetadata, device: Any = None, config: dict | None = None,
+                 torch_threads: int | None = None):
+        import openvino as ov
+
+        super().__init__(metadata)
+        if torch_threads is not None:
+            torch.set_num_threads(int(torch_threads))
+        self.program = program
+        self.device = _device_name(device)
+        self.properties = compile_properties(metadata, config)
+        self.compiled = ov.Core().compile_model(program, self.device, self.properties)
+        self.request = self.compiled.create_infer_request()
+        names = [set(port.get_names()) for port in self.compiled.inputs]
+        self.stateful = any(BEAM_IDX in n for n in names)
+        self._pairs = state_pairs(metadata) if self.stateful else {}
+        all_in = input_names(metadata)
+        position = {name: i for i, name in enumerate(all_in)}
+        self._fed: list[int] = []  # metadata input index fed at each compiled input (-1: beam_idx)
+        for port_names in names:
+            found = [position[n] for n in port_names if n in position]
+            if not found and BEAM_IDX not in port_names:
+                raise UnsupportedError(f"the OpenVINO model's input {sorted(port_names)} is not in its export metadata")
+            self._fed.append(found[0] if found else -1)
+        outs = output_names(metadata)
+        kept = [n for n in outs if n not in set(self._pairs.values())]
+        got = [next(iter(port.get_names()), "") for port in self.compiled.outputs]
+        if len(got) != len(kept):
+            raise UnsupportedError(f"the OpenVINO model returns {len(got)} outputs, its metadata expects {kept}")
+        self._batch_input = next((i for i, s in enumerate(metadata.inputs) if s.role.value == "input" and s.shape), 0)
+        self._state_inputs = {position[name]: variable_id(name, out) for name, out in self._pairs.items()}
+        self._cache_key = next((k for k, v in metadata.kwargs.items() if v.get("kind") == "cache"), None)
+        self._handle: Any = None
+        self._beam_idx: torch.Tensor | None = None
+        self._with_handle = self._plan_handle_output() if self._pairs else None
+
+    @classmethod
+    def _create(cls, program: Any, metadata: ExportMetadata, device: Any = None, **runner_kwargs: Any) -> OpenVINORunner:
+        unknown = set(runner_kwargs) - {"config", "torch_threads"}
+        if unknown:
+            raise TypeError(f"OpenVINORunner takes config and torch_threads as runner options, got {sorted(unknown)}")
+        return cls(program, metadata, device=device, **runner_kwargs)
+
+    # --- state --------------------------------------------------------------------------------------------------
+
+    def reset(self) -> None:
+        """Forget the carried state: the next call starts a new sequence."""
+        self.request.reset_state()
+        self._handle = None
+        self._beam_idx = None
+
+    def reorder(self, beam_idx: torch.Tensor) -> None:
+        """Reorder the carried state along the batch before the next call (beam search): row ``i`` continues from
+        row ``beam_idx[i]``."""
+        if not self.stateful:
+            raise UnsupportedError("this OpenVINO model is not stateful: reorder the cache tensors you pass instead")
+        self._beam_idx = beam_idx.to(torch.int32)
+
+    def state(self) -> dict[str, torch.Tensor]:
+        """The live state tensors, by cache leaf name (copies)."""
+        by_id = {variable_id(name, out): name for name, out in self._pairs.items()}
+        return {by_id[s.name]: torch.from_numpy(np.array(s.state.data, copy=True)) for s in self.request.query_state()
+                if s.name in by_id}
+
+    def _load_state(self, leaves: list[torch.Tensor]) -> None:
+        import openvino as ov
+
+        self.request.reset_state()
+        for variable in self.request.query_state():
+            index = next((i for i, vid in self._state_inputs.items() if vid == variable.name), None)
+            if index is not None:
+                value = leaves[index]
+                if value.dtype == torch.int64:  # stored as int32 (see stateful._narrow_int64_state)
+                    value = value.to(torch.int32)
+                variable.state = ov.Tensor(np.ascontiguousarray(value.numpy()))
+
+    # --- calling ------------------------------------------------------------------------------------------------
+
+    def run(self, inputs: dict[str, Any], *, share_inputs: bool, share_outputs: bool) -> Any:
+        leaves = self.flatten(inputs, copy=False)
+        cache = inputs.get(self._cache_key) if self._cache_key else None
+        if self._pairs:
+            if cache is None or cache is not self._handle:
+                self._load_state(leaves)  # a new sequence: start from the caller's cache
+                self._beam_idx = None
+            self._handle = cache if cache is not None else object()
+        outputs = self.run_flat(leaves, share_outputs=share_outputs)
+        if self._with_handle is not None and cache is not None:
+            reduced, start, count = self._with_handle
+            user = outputs[len(outputs) - (self._n_user - count):]
+            return pytree.tree_unflatten(user[:start] + [cache] + user[start:], reduced)
+        return self.unflatten(outputs)
+
+    def flatten(self, inputs: dict[str, Any], copy: bool = False) -> list[torch.Tensor]:
+        leaves: list[Any] = []
+        for value in inputs.values():
+            if isinstance(value, torch.Tensor):
+                leaves.append(value)
+            elif is_cache(value):
+                leaves.extend(tensor_leaves(value))
+            else:
+                leaves.extend(leaf for leaf in pytree.tree_leaves(value) if isinstance(leaf, torch.Tensor))
+        if len(leaves) != len(self._tensor_inputs):
+            names = [s.name for s in self._tensor_inputs]
+            raise UnsupportedError(f"the inputs flatten to {len(leaves)} tensors but the export takes {len(names)}: {names}")
+        flat = []
+        for leaf, dtype in zip(leaves, self._input_dtypes):
+            if leaf.dtype != dtype:
+                leaf = leaf.to(dtype)
+            elif copy:
+                leaf = leaf.clone()
+            flat.append(leaf.detach().cpu())
+        return flat
+
+    def run_flat(self, inputs: list[torch.Tensor], *, share_outputs: bool) -> list[Any]:
+        feed = {}
+        for port, index in enumerate(self._fed):
+            if index < 0:
+                batch = inputs[self._batch_input].shape[0]
+                beam = self._beam_idx if self._beam_idx is not None else torch.arange(batch, dtype=torch.int32)
+                self._beam_idx = None
+                feed[port] = beam.numpy()
+            else:
+                feed[port] = _numpy(inputs[index])
+        self.request.infer(feed, share_inputs=True)
+        outputs = []
+        for port in range(len(self.compiled.outputs)):
+            data = self.request.get_output_tensor(port).data
+            outputs.append(torch.from_numpy(data if share_outputs else np.array(data, copy=True)))
+        return outputs
+
+    def _plan_handle_output(self) -> tuple | None:
+        """The output tree with the cache subtree as one leaf (filled with the caller's cache object), the index of
+        that leaf among the user outputs, and how many cache leaves it stands for."""
+        spec, key = self._out_spec, self._cache_key
+        if spec is None or key is None or not isinstance(spec.context, list) or key not in spec.context:
+            return None
+        if self._out_constants:
+            return None
+        position = spec.context.index(key)
+        children = spec.children()
+        start = sum(child.num_leaves for child in children[:position])
+        count = children[position].num_leaves
+        if count != len(self._pairs):
+            raise UnsupportedError(
+                f"the cache output {key!r} has {count} tensors but {len(self._pairs)} were folded into state"
+            )
+        reduced = pytree.TreeSpec(
+            spec.type, spec.context, [pytree.treespec_leaf() if i == position else c for i, c in enumerate(children)]
+        )
+        return reduced, start, count
+
+
+def _numpy(tensor: torch.Tensor) -> np.ndarray:
+    if tensor.dtype == torch.bfloat16:
+        raise UnsupportedError("bfloat16 inputs have no numpy type; cast them to float32 or export in float32")
+    return tensor.numpy() if tensor.is_contiguous() else np.ascontiguousarray(tensor.numpy())
+
+
+def _device_name(device: Any) -> str:
+    if device is None:
+        return "CPU"
+    name = str(device.type if isinstance(device, torch.device) else device)
+    return name.upper()
