@@ -473,7 +473,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="also export the static variant traced with sdpa enable_gqa (see EXPERIMENTS)")
     parser.add_argument("--export-child", choices=[*VARIANTS, *EXPERIMENTS], help=argparse.SUPPRESS)
     parser.add_argument("--out", type=Path, help=argparse.SUPPRESS)
-    args = parser.parse_args(argv)
+    args, _ = parser.parse_known_args(argv)  # benchmarks/run.py passes every benchmark's options to each
 
     if args.export_child:
         print(json.dumps(export_child(args.export_child, args.out)))

@@ -4,9 +4,12 @@ What runs where:
 
 - Each export variant runs in its own child process (``--export-child``), so its wall time is its own:
   ``export_for_generation`` then ``save_pretrained``, and the folder's size on disk against the model's weights.
+- The peer, transformers' own ONNX exporter (``transformers.exporters``), exports the same model in a child process
+  too (benchmarks/peer_onnx.py; ``--no-peer`` leaves it out) and decodes with the spec's ONNX Runtime loop on its
+  ``decode.onnx``, the cache bound in place.
 - Generation runs in this process, interleaved round by round (eager first, then each export loaded back with
-  ``ExportedModel.from_pretrained``), so tokens/s compare inside one run on one machine state. Every variant's greedy
-  tokens are checked against eager's.
+  ``ExportedModel.from_pretrained``, then the peer), so tokens/s compare inside one run on one machine state. Every
+  variant's greedy tokens are checked against eager's.
 - The per-step overhead of ``ExportedModel.generate`` on ONNX Runtime is measured on a tiny Llama: the wall time of a
   decode step minus the time inside ``InferenceSession.run_with_iobinding`` in those same steps.
 
@@ -26,6 +29,7 @@ import argparse
 import copy
 import json
 import os
+import resource
 import shutil
 import subprocess
 import sys
@@ -35,6 +39,8 @@ from pathlib import Path
 from typing import Any
 
 import torch
+
+import peer_onnx  # benchmarks/ is on sys.path: this script's folder, or put there by run.py
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
@@ -86,6 +92,8 @@ def export_variant(model: Any, sample: dict, variant: str, max_cache_len: int = 
 def export_child(variant: str, out: Path) -> dict:
     from hfexport.models.packaged import packaged
 
+    if variant == "peer":
+        return peer_onnx.export_child(out, STATIC_CACHE_LEN)
     model, tokenizer = packaged("smollm2")
     sample = dict(tokenizer(["Hello, world!"], return_tensors="pt"))
     start = time.perf_counter()
@@ -99,6 +107,7 @@ def export_child(variant: str, out: Path) -> dict:
         "variant": variant,
         "export_s": export_s,
         "save_s": save_s,
+        "peak_rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
         "bytes": sum(p.stat().st_size for p in out.rglob("*") if p.is_file()),
         "files": {p.name: p.stat().st_size for p in out.iterdir() if p.is_file()},
         "weight_bytes": sum(weights.values()),
@@ -111,7 +120,7 @@ def run_export_child(variant: str, out: Path) -> dict:
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO / "src"), env.get("PYTHONPATH")) if p)
     proc = subprocess.run(
         [sys.executable, str(Path(__file__).resolve()), "--export-child", variant, "--out", str(out)],
-        capture_output=True, text=True, env=env, timeout=900,
+        capture_output=True, text=True, env=env, timeout=1800,
     )
     if proc.returncode != 0:
         raise RuntimeError(f"ONNX export of {variant} failed (rc={proc.returncode}):\n{proc.stderr[-4000:]}")
@@ -146,27 +155,34 @@ def bench_smollm2(args: argparse.Namespace, workdir: Path) -> dict:
     from hfexport.models.packaged import packaged
 
     exports = {}
-    for variant, label in VARIANTS.items():
+    variants = {**VARIANTS, **({} if args.no_peer else {"peer": peer_onnx.PEER_LABEL})}
+    for variant, label in variants.items():
         print(f"[bench-onnx] exporting SmolLM2-135M ({label}) in a child process ...", flush=True)
         exports[variant] = e = run_export_child(variant, workdir / variant)
-        print(f"[bench-onnx]   export {e['export_s']:.1f} s, save {e['save_s']:.1f} s, {e['bytes'] / 1e6:.0f} MB "
-              f"for {e['weight_bytes'] / 1e6:.0f} MB of weights", flush=True)
+        print(f"[bench-onnx]   export {e['export_s']:.1f} s, save {e['save_s']:.1f} s, peak RSS "
+              f"{e['peak_rss'] / 1e6:.0f} MB, {e['bytes'] / 1e6:.0f} MB for {e['weight_bytes'] / 1e6:.0f} MB of "
+              "weights", flush=True)
 
     model, tokenizer = packaged("smollm2")
     inputs = dict(tokenizer(PROMPT, return_tensors="pt"))
-    runners: dict[str, Any] = {"eager": model.generate}
+    runners: dict[str, Any] = {"eager": lambda n: timed_generate(model.generate, inputs, n)}
     for name, (variant, threads) in RUNS.items():
         start = time.perf_counter()
         exported = ExportedModel.from_pretrained(workdir / variant, session_options=_session_options(threads))
         exports.setdefault(f"load:{name}", {"load_s": time.perf_counter() - start})
-        runners[name] = exported.generate
+        runners[name] = lambda n, generate=exported.generate: timed_generate(generate, inputs, n)
+    if not args.no_peer:
+        start = time.perf_counter()
+        loop = peer_onnx.SpecLoop(workdir / "peer" / "decode.onnx", STATIC_CACHE_LEN)
+        exports["load:peer"] = {"load_s": time.perf_counter() - start}
+        runners["peer"] = lambda n: loop.generate(inputs["input_ids"], n)
     print("[bench-onnx] warm-up (4 tokens each) ...", flush=True)
     for fn in runners.values():
-        timed_generate(fn, inputs, 4)
+        fn(4)
     results: dict[str, dict] = {name: {"rounds": [], "round_tokens": []} for name in runners}
     for r in range(args.repeats):
         for name, fn in runners.items():
-            tokens, stats = timed_generate(fn, inputs, args.new_tokens)
+            tokens, stats = fn(args.new_tokens)
             results[name]["rounds"].append(stats)
             results[name]["round_tokens"].append(tokens)
             print(f"[bench-onnx] round {r + 1}/{args.repeats} {name:16s} {len(tokens)} tokens, prefill "
@@ -175,7 +191,8 @@ def bench_smollm2(args: argparse.Namespace, workdir: Path) -> dict:
     for res in results.values():
         res["decode_tok_s"] = max(s["decode_tok_s"] for s in res["rounds"])
         res["prefill_s"] = min(s["prefill_s"] for s in res["rounds"])
-        res["same_tokens"] = all(t == reference for t in res["round_tokens"])
+        # the peer's loop has no end-of-sequence stop: compare the tokens eager produced
+        res["same_tokens"] = all(t[: len(reference)] == reference for t in res["round_tokens"])
         res["tokens"] = len(res["round_tokens"][0])
         del res["round_tokens"]
     return {"prompt_tokens": int(inputs["input_ids"].shape[-1]), "new_tokens": args.new_tokens, "exports": exports,
@@ -222,6 +239,8 @@ def bench_overhead(args: argparse.Namespace) -> dict:
             step_ms = 1e3 * stats["decode_s"] / stats["decode_steps"]
             ort_ms = 1e3 * sum(inside[1 : stats["decode_steps"] + 1]) / stats["decode_steps"]
             rows[variant] = {"step_ms": step_ms, "ort_ms": ort_ms, "overhead_ms": step_ms - ort_ms}
+        if not args.no_peer:
+            rows["peer"] = peer_onnx.peer_overhead(steps)
         return {"model": "tiny Llama (2 layers, hidden 64), 1 thread", "steps": steps, "rows": rows}
     finally:
         torch.set_num_threads(threads)
@@ -241,20 +260,28 @@ def render(report: dict) -> str:
         f"tokens; best of {report['repeats']} interleaved rounds. Load average at start/end: "
         f"{'/'.join(f'{x:.1f}' for x in report['load_start'])} / {'/'.join(f'{x:.1f}' for x in report['load_end'])}.",
         "",
-        "| variant | export s | artifact MB (x weights) | load s | prefill ms | decode tok/s | vs eager "
-        "| same tokens |",
-        "|---|---|---|---|---|---|---|---|",
+        "| variant | export s | export peak RSS MB | artifact MB (x weights) | load s | prefill ms | decode tok/s "
+        "| vs eager | same tokens |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for name, res in s["results"].items():
-        variant, threads = RUNS.get(name, (None, None))
+        variant, threads = RUNS.get(name, ("peer", None) if name == "peer" else (None, None))
         exp = s["exports"].get(variant) if variant else None
         load = s["exports"].get(f"load:{name}", {})
-        label = "eager `model.generate` (dynamic cache)" if name == "eager" else VARIANTS[variant] + (
-            f", {threads} ORT thread" if threads else "")
-        cells = (f"{exp['export_s']:.1f} | {exp['bytes'] / 1e6:.0f} ({exp['bytes'] / weights:.2f}x) | "
-                 f"{load.get('load_s', float('nan')):.1f}") if exp else "– | – | –"
+        if name == "eager":
+            label = "eager `model.generate` (dynamic cache)"
+        elif name == "peer":
+            label = peer_onnx.PEER_LABEL + ", the spec's decode loop on decode.onnx"
+        else:
+            label = VARIANTS[variant] + (f", {threads} ORT thread" if threads else "")
+        cells = (f"{exp['export_s']:.1f} | {exp.get('peak_rss', float('nan')) / 1e6:.0f} | {exp['bytes'] / 1e6:.0f} "
+                 f"({exp['bytes'] / weights:.2f}x) | {load.get('load_s', float('nan')):.1f}") if exp else "– | – | – | –"
         lines.append(f"| {label} | {cells} | {res['prefill_s'] * 1e3:.0f} | {res['decode_tok_s']:.1f} | "
                      f"{res['decode_tok_s'] / eager:.2f}x | {'yes' if res['same_tokens'] else '**NO**'} |")
+    if "peer" in s["results"]:
+        peer = s["results"]["peer"]["decode_tok_s"]
+        best = max((r["decode_tok_s"], n) for n, r in s["results"].items() if n not in ("eager", "peer"))
+        lines += ["", f"Fastest hfexport variant ({best[1]}) vs the peer: {best[0] / peer:.2f}x decode tok/s."]
     lines += [
         "",
         f"Weights: {weights / 1e6:.0f} MB. Files: " + "; ".join(
@@ -267,15 +294,17 @@ def render(report: dict) -> str:
         "|---|---|---|---|",
     ]
     for variant, row in o["rows"].items():
-        lines.append(f"| {VARIANTS[variant]} | {row['step_ms']:.3f} | {row['ort_ms']:.3f} | {row['overhead_ms']:.3f} |")
+        label = ("peer: its runner `ExportedModel.runners['decode']` in the spec's loop (it has no generate())"
+                 if variant == "peer" else f"hfexport `ExportedModel.generate`: {VARIANTS[variant]}")
+        lines.append(f"| {label} | {row['step_ms']:.3f} | {row['ort_ms']:.3f} | {row['overhead_ms']:.3f} |")
     return "\n".join(lines) + "\n"
 
 
-def run(results: dict, quick: bool = False, repeats: int = 2, new_tokens: int = 128) -> str:
+def run(results: dict, quick: bool = False, repeats: int = 2, new_tokens: int = 128, no_peer: bool = False) -> str:
     """Run the ONNX benchmark; store its report in ``results["onnx"]`` and return the Markdown section."""
     _ensure_importable()
     args = argparse.Namespace(repeats=1 if quick else repeats, new_tokens=16 if quick else new_tokens,
-                              overhead_tokens=40 if quick else 200)
+                              overhead_tokens=40 if quick else 200, no_peer=no_peer)
     workdir = Path(tempfile.mkdtemp(prefix="hfexport-bench-onnx-"))
     report: dict[str, Any] = {"repeats": args.repeats, "load_start": os.getloadavg()}
     start = time.perf_counter()
@@ -297,15 +326,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--quick", action="store_true", help="16 tokens, 1 round (smoke test)")
     parser.add_argument("--results", type=Path, default=HERE / "RESULTS_ONNX.md")
-    parser.add_argument("--export-child", choices=list(VARIANTS), help=argparse.SUPPRESS)
+    parser.add_argument("--no-peer", action="store_true",
+                        help="leave out transformers' own ONNX export (its export alone takes ~4 min)")
+    parser.add_argument("--export-child", choices=[*VARIANTS, "peer"], help=argparse.SUPPRESS)
     parser.add_argument("--out", type=Path, help=argparse.SUPPRESS)
-    args = parser.parse_args(argv)
+    args, _ = parser.parse_known_args(argv)  # benchmarks/run.py passes every benchmark's options to each
     _ensure_importable()
     if args.export_child:
         print(json.dumps(export_child(args.export_child, args.out)))
         return 0
     results: dict = {}
-    text = run(results, quick=args.quick, repeats=args.repeats, new_tokens=args.new_tokens)
+    text = run(results, quick=args.quick, repeats=args.repeats, new_tokens=args.new_tokens, no_peer=args.no_peer)
     print("\n" + text)
     if not args.quick:
         args.results.write_text(text)

@@ -1,17 +1,21 @@
-"""Entry point of ``make bench``: run every benchmark and write benchmarks/RESULTS.md.
+"""Entry point of ``make bench``: run every backend's benchmark, one after the other, on this machine.
 
-Today that is the Dynamo benchmark (benchmarks/bench_dynamo.py); arguments are passed on to it, e.g.
-``python benchmarks/run.py --quick`` for a smoke run or ``--gqa-experiment`` for the extra static variant.
-Exit status 1 when an export's greedy tokens differ from eager PyTorch's.
+Each benchmark writes its own results file: bench_dynamo -> benchmarks/RESULTS.md, bench_onnx ->
+benchmarks/RESULTS_ONNX.md (eager PyTorch and transformers' own exporter side by side in the same run), and so on for
+each module named in BENCHES. Arguments are passed on to every one of them, e.g. ``python benchmarks/run.py --quick``
+for a smoke run; ``--only onnx`` runs one. Exit status 1 when any export's greedy tokens differ from eager PyTorch's.
 """
 
 from __future__ import annotations
 
+import importlib
 import importlib.util
 import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+# one module per backend, in the order they run; each has main(argv) -> exit status
+BENCHES = ["bench_dynamo", "bench_onnx"]
 
 
 def _ensure_hfexport_importable() -> None:
@@ -21,11 +25,24 @@ def _ensure_hfexport_importable() -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    only = None
+    if "--only" in argv:
+        at = argv.index("--only")
+        only = {f"bench_{name.removeprefix('bench_')}" for name in argv[at + 1].split(",")}
+        del argv[at : at + 2]
+        unknown = only - set(BENCHES)
+        if unknown:
+            print(f"unknown benchmark(s) {sorted(unknown)}; known: {BENCHES}", file=sys.stderr)
+            return 2
     _ensure_hfexport_importable()
     sys.path.insert(0, str(HERE))
-    import bench_dynamo
-
-    return bench_dynamo.main(argv)
+    status = 0
+    for name in BENCHES:
+        if only is None or name in only:
+            print(f"[bench] ===== {name} =====", flush=True)
+            status = max(status, importlib.import_module(name).main(argv))
+    return status
 
 
 if __name__ == "__main__":
