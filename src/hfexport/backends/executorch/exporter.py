@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import shutil
 import time
@@ -12,6 +13,8 @@ from typing import Any
 
 import torch
 
+from ...capture.caches import is_cache, register_cache_classes
+from ...capture.shapes import auto_dynamic_shapes
 from ...configs import ExecutorchConfig, ExportFormat
 from ...exporter import HfExporter
 from ...metadata import ExportMetadata
@@ -42,14 +45,16 @@ class ExecutorchExporter(HfExporter):
     required_packages = {"executorch": "1.0", "torchao": "0.10"}
     package_extra = "executorch"
 
-    #: seconds per phase of the last export_program call (trace, to_edge_and_lower, to_executorch)
-    last_timings: dict[str, float]
+    def __init__(self) -> None:
+        #: seconds per phase (trace, to_edge_and_lower, to_executorch) of each program this exporter lowered
+        self.phase_timings: list[dict[str, float]] = []
 
     def export_program(
         self, model: torch.nn.Module, sample_inputs: MutableMapping[str, Any], config: ExecutorchConfig
     ) -> tuple[Any, ExportMetadata]:
         target = target_for(config.backend)
-        target.check(model, sample_inputs)  # before tracing: a machine that cannot lower says so at once
+        target.check(model, sample_inputs)
+        config = _with_static_cache_shapes(config, sample_inputs)  # before tracing: a machine that cannot lower says so at once
         quantizer = config.quantizer
         if quantizer is not None:
             quantizer.validate_environment(self.export_format)
@@ -67,7 +72,7 @@ class ExecutorchExporter(HfExporter):
 
         _, metadata = self.trace(model, _contiguous(sample_inputs), config, packages=_PACKAGES, transform=convert)
         record_program_outputs(lowered[0], metadata)
-        self.last_timings = timings
+        self.phase_timings.append(timings)
         return lowered[0], metadata
 
     def serves_prefill(self, decode: Any, prefill_inputs: Mapping[str, Any], multi_token_decode: bool) -> bool:
@@ -118,6 +123,36 @@ class ExecutorchExporter(HfExporter):
         program = Runtime.get().load_program(Path(path))
         program.hfexport_path = str(path)
         return program
+
+
+def _with_static_cache_shapes(config: ExecutorchConfig, inputs: Mapping[str, Any]) -> ExecutorchConfig:
+    """Explicit ``dynamic_shapes`` that leave a cache out: give the cache its all-static spec tree.
+
+    ``torch.export`` takes ``None`` for an unnamed tensor kwarg but not for a cache (a custom pytree node): it wants
+    the node's own structure ("Node type mismatch; expected list, got NoneType"). The spec's zero-copy C++ loop
+    needs exactly this config: only the query axis dynamic, the cache at its fixed size.
+    """
+    explicit = config.dynamic_shapes
+    if not isinstance(explicit, Mapping):
+        return config
+    missing = {k: v for k, v in inputs.items() if k not in explicit and is_cache(v)}
+    if not missing:
+        return config
+    register_cache_classes()  # the cache's pytree node gives the structure
+    shapes = dict(explicit)
+    for key, auto in auto_dynamic_shapes(missing).items():
+        shapes[key] = _all_static(auto)
+    return dataclasses.replace(config, dynamic_shapes=shapes)
+
+
+def _all_static(spec: Any) -> Any:
+    if isinstance(spec, dict) and all(isinstance(k, int) for k in spec):
+        return None  # one tensor's dims
+    if isinstance(spec, dict):
+        return {k: _all_static(v) for k, v in spec.items()}
+    if isinstance(spec, list | tuple):
+        return type(spec)(_all_static(v) for v in spec)
+    return None
 
 
 def _contiguous(inputs: MutableMapping[str, Any]) -> MutableMapping[str, Any]:

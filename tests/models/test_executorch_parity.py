@@ -1,0 +1,96 @@
+"""ExecuTorch (fp32, XNNPACK) exports of tiny models match eager PyTorch on the ExecuTorch runtime.
+
+Each case is checked on the export's own shapes, on another batch size and sequence length, and after a save and
+reload (the ``.pte`` read back as a runtime ``Program``). Tolerance: max abs diff <= 1e-3 over every output leaf
+(logits, hidden states, caches). One tiny export takes 15-60 s here, so the default suite runs Llama (decoder) and
+BERT (encoder); every other architecture is in the sweep (``make test-sweep``).
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from hfexport import ExecutorchConfig, ExportedModel
+from hfexport.exporter_executorch import ExecutorchExporter
+from hfexport.models.tiny import TINY_CASES
+from hfexport.validation import compare_outputs
+
+pytest.importorskip("executorch", reason="the ExecuTorch backend needs the executorch package")
+
+TOL = 1e-3
+DEFAULT = ["llama", "bert"]
+SWEEP = ["qwen3", "gpt2", "gemma3", "mixtral", "qwen3_moe", "t5", "vit", "whisper", "mamba"]
+# (batch, seq) of the export sample, of the "other shape" run and of the reload run; as in test_onnx_parity
+SHAPES = {"gemma3": ((2, 10), (3, 12), (1, 9))}
+DEFAULT_SHAPES = ((2, 7), (3, 10), (1, 5))
+ILL_CONDITIONED = {"t5"}  # see tests/models/test_onnx_parity.py: compared with fp64 as eager fp32 itself is off
+# architecture -> why it cannot work here, naming the upstream limitation
+UNSUPPORTED: dict[str, str] = {}
+
+_PARAMS = [pytest.param(n) for n in DEFAULT] + [pytest.param(n, marks=pytest.mark.sweep) for n in SWEEP]
+
+
+@pytest.fixture(scope="module", params=_PARAMS)
+def exported_case(request, tmp_path_factory):
+    name = request.param
+    if name in UNSUPPORTED:
+        pytest.skip(UNSUPPORTED[name])
+    case = TINY_CASES[name]
+    model = case.build()
+    inputs = case.inputs(*SHAPES.get(name, DEFAULT_SHAPES)[0])
+    exported = ExecutorchExporter().export(model, inputs, config=ExecutorchConfig(dynamic=True))
+    return name, case, model, exported, tmp_path_factory.mktemp(name)
+
+
+def _check(name, exported_outputs, model, inputs):
+    with torch.no_grad():
+        eager = model(**inputs)
+    report = compare_outputs(exported_outputs, eager)
+    assert not report["problems"], report["problems"]
+    assert report["leaves"], "no output leaf was compared"
+    if name in ILL_CONDITIONED:
+        with torch.no_grad():
+            exact = TINY_CASES[name].build().double()(**inputs)
+        eager_error = compare_outputs(eager, exact)["max_abs_diff"]
+        assert compare_outputs(exported_outputs, exact)["max_abs_diff"] <= max(TOL, eager_error), report["leaves"]
+        return
+    assert report["max_abs_diff"] <= TOL, report["leaves"]
+
+
+def test_same_inputs_match_eager(exported_case):
+    name, case, model, exported, _ = exported_case
+    inputs = case.inputs(*SHAPES.get(name, DEFAULT_SHAPES)[0])
+    out = exported(**inputs)
+    assert type(out) is type(model(**inputs)), "the export must return the model's own output type"
+    _check(name, out, model, inputs)
+
+
+def test_other_batch_and_length_match_eager(exported_case):
+    name, case, model, exported, _ = exported_case
+    shapes = SHAPES.get(name, DEFAULT_SHAPES)
+    inputs = case.inputs(*shapes[1])
+    first = next(iter(inputs))
+    assert inputs[first].shape != case.inputs(*shapes[0])[first].shape
+    _check(name, exported(**inputs), model, inputs)
+
+
+def test_reload_matches_eager(exported_case):
+    from executorch.runtime import Program
+
+    name, case, model, exported, tmp = exported_case
+    exported.save_pretrained(tmp)
+    assert (tmp / "model.pte").stat().st_size > 0
+    reloaded = ExportedModel.from_pretrained(tmp)
+    assert isinstance(reloaded.program, Program), "load_program returns the runtime Program (the spec's contract)"
+    inputs = case.inputs(*SHAPES.get(name, DEFAULT_SHAPES)[2])
+    _check(name, reloaded(**inputs), model, inputs)
+    assert reloaded.components["model"].metadata.to_dict() == exported.components["model"].metadata.to_dict()
+
+
+def test_program_is_delegated_to_xnnpack(exported_case):
+    """The work runs in XNNPACK, not in the portable kernels: the program holds XNNPACK delegate calls."""
+    _, _, _, exported, _ = exported_case
+    graph = exported.program.exported_program().graph
+    delegates = [n for n in graph.nodes if n.op == "call_function" and "executorch_call_delegate" in str(n.target)]
+    assert delegates, "nothing was delegated to XNNPACK"

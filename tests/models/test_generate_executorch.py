@@ -1,0 +1,86 @@
+"""ExportedModel.generate on the ExecuTorch runtime (fp32, XNNPACK) gives exactly the tokens of eager generate.
+
+The families of tests/models/test_generate_onnx.py, with a left-padded batch of 2 whose prompt length differs from
+the capture's and 32 new tokens. The default suite runs one static-cache multi-token decode (one ``.pte`` serving
+the prompt too) on Llama; the rest is in the sweep (``make test-sweep``): each family with a static cache and
+multi-token decode, a dynamic cache with single-token decode for one family of each kind, and the image-text-to-text
+models.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+from generation_cases import generation_config, text_inputs
+from hfexport import ExecutorchConfig, ExportedModel, UnsupportedError
+from hfexport.exporter_executorch import ExecutorchExporter
+from hfexport.models.tiny import TINY_CASES
+
+pytest.importorskip("executorch", reason="the ExecuTorch backend needs the executorch package")
+
+NEW_TOKENS = 32
+FAMILIES = ["llama", "qwen3", "gpt2", "gemma3", "mixtral", "qwen3_moe", "t5", "whisper", "mamba"]
+DEFAULT = [("llama", "static", True)]
+SWEEP = [(f, "static", True) for f in FAMILIES if f != "llama"] + [
+    (f, "dynamic", False) for f in ("llama", "gemma3", "mixtral", "t5", "whisper", "mamba")]
+# (family, multi_token_decode) -> why it cannot work, naming the upstream limitation
+UNSUPPORTED_MULTI = {
+    ("mamba", True): "transformers MambaMixer.forward (modeling_mamba.py) runs the recurrent update only for "
+    "seq_len == 1 and restarts the scan from a zero state for longer inputs, so a merged decode cannot continue",
+}
+# (family, cache, multi) -> why the ExecuTorch export cannot run it, naming the upstream limitation
+UNSUPPORTED: dict[tuple, str] = {}
+
+CASES = [pytest.param(*c, id=f"{c[0]}-{c[1]}-{'multi' if c[2] else 'single'}") for c in DEFAULT] + [
+    pytest.param(*c, id=f"{c[0]}-{c[1]}-{'multi' if c[2] else 'single'}", marks=pytest.mark.sweep) for c in SWEEP]
+
+
+@pytest.mark.parametrize("family,cache,multi", CASES)
+def test_greedy_tokens_equal_eager(family, cache, multi, tmp_path):
+    if (family, cache, multi) in UNSUPPORTED:
+        pytest.skip(UNSUPPORTED[(family, cache, multi)])
+    case = TINY_CASES[family]
+    model = case.build()
+    gen = generation_config(model, cache)
+    static_cross = cache == "static" and model.config.is_encoder_decoder
+    sample = text_inputs(case, 2, 12 if static_cross else 6)
+    config = ExecutorchConfig(dynamic=True)
+    reason = UNSUPPORTED_MULTI.get((family, multi))
+    if reason:
+        with pytest.raises(UnsupportedError, match="multi_token_decode"):
+            ExecutorchExporter().export_for_generation(model, sample, config, generation_config=gen,
+                                                       multi_token_decode=multi)
+        pytest.skip(reason)
+    exported = ExecutorchExporter().export_for_generation(model, sample, config, generation_config=gen,
+                                                          multi_token_decode=multi)
+    served = exported.components["prefill"] is exported.components["decode"]
+    assert served == (cache == "static" and multi and not model.config.is_encoder_decoder)
+    prompt = text_inputs(case, 2, 9)
+    eager_gen = copy.deepcopy(gen)
+    eager_gen.max_new_tokens = NEW_TOKENS
+    with torch.no_grad():
+        expected = model.generate(**prompt, generation_config=eager_gen)
+    got = exported.generate(**prompt, max_new_tokens=NEW_TOKENS)
+    assert got.shape == expected.shape and torch.equal(got, expected), (got, expected)
+    if served:  # one .pte for prefill and decode: the weights are stored once
+        exported.save_pretrained(tmp_path)
+        assert sorted(p.name for p in tmp_path.glob("*.pte")) == ["decode.pte"]
+        reloaded = ExportedModel.from_pretrained(tmp_path)
+        again = reloaded.generate(**prompt, max_new_tokens=NEW_TOKENS)
+        assert torch.equal(again, expected)
+
+
+@pytest.mark.sweep
+@pytest.mark.parametrize("name", ["qwen2_vl", "llava"])
+def test_image_text_to_text_generates_like_eager(name):
+    case = TINY_CASES[name]
+    model = case.build()
+    exported = ExecutorchExporter().export_for_generation(model, case.inputs(2, 6), ExecutorchConfig(dynamic=True))
+    inputs = case.inputs(2, 9)
+    with torch.no_grad():
+        expected = model.generate(**inputs, max_new_tokens=NEW_TOKENS, do_sample=False)
+    got = exported.generate(**inputs, max_new_tokens=NEW_TOKENS)
+    assert got.shape == expected.shape and torch.equal(got, expected), (got, expected)

@@ -1,0 +1,158 @@
+"""The ExecuTorch backend's contract: backend selection and its errors, the alloc flags in the memory plan, the
+``.pte`` on disk and read back as a runtime ``Program``, in-place cache semantics, the MoE experts switch.
+
+Small synthetic modules (a few seconds per export) except where a transformers model is the point.
+"""
+
+from __future__ import annotations
+
+import platform
+
+import pytest
+import torch
+
+from hfexport import ExecutorchConfig, ExportedModel, UnsupportedError
+from hfexport.exporter_executorch import ExecutorchExporter
+from hfexport.models.tiny import TINY_CASES
+
+pytest.importorskip("executorch", reason="the ExecuTorch backend needs the executorch package")
+
+
+class CacheWriter(torch.nn.Module):
+    """Writes ``x`` into ``cache`` at ``position`` in place (as a static cache does) and returns a projection."""
+
+    def __init__(self):
+        super().__init__()
+        self.proj = torch.nn.Linear(8, 8)
+
+    def forward(self, x, cache, position):
+        cache.index_copy_(1, position, x)
+        return self.proj(cache).sum(dim=1)
+
+
+def _writer_inputs():
+    torch.manual_seed(0)
+    return {"x": torch.randn(2, 1, 8), "cache": torch.zeros(2, 4, 8), "position": torch.tensor([1])}
+
+
+@pytest.fixture(scope="module")
+def writers():
+    model = CacheWriter().eval()
+    planned = ExecutorchExporter().export(model, _writer_inputs(), ExecutorchConfig())
+    caller = ExecutorchExporter().export(model, _writer_inputs(), ExecutorchConfig(
+        alloc_graph_input=False, alloc_graph_output=False, alloc_mutable_buffers=False))
+    return model, planned, caller
+
+
+def _planned(manager) -> dict[str, list[bool]]:
+    """For the program's inputs and outputs: whether each tensor has memory in the plan (allocation_info set)."""
+    plan = manager.executorch_program.execution_plan[0]
+
+    def planned(index):
+        value = plan.values[index].val
+        return getattr(value, "allocation_info", None) is not None
+
+    return {"inputs": [planned(i) for i in plan.inputs], "outputs": [planned(i) for i in plan.outputs]}
+
+
+# --- backend selection ----------------------------------------------------------------------------------------------
+
+
+def test_cuda_without_the_backend_fails_before_tracing(monkeypatch):
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU: the CUDA backend may lower here")
+    traced = []
+    monkeypatch.setattr(torch.export, "export", lambda *a, **k: traced.append(1))
+    with pytest.raises(UnsupportedError, match=r"backend='cuda'\) cannot lower on this machine.*torch.cuda"):
+        ExecutorchExporter().export(CacheWriter(), _writer_inputs(), ExecutorchConfig(backend="cuda"))
+    assert not traced, "the check must come before tracing"
+
+
+def test_mlx_refuses_a_static_cache():
+    from transformers import StaticCache
+
+    model = TINY_CASES["llama"].build()
+    cache = StaticCache(config=model.config, max_cache_len=16)
+    inputs = {"input_ids": torch.ones(1, 3, dtype=torch.long), "past_key_values": cache}
+    with pytest.raises(UnsupportedError, match="MLX backend does not take a StaticCache.*DynamicCache"):
+        ExecutorchExporter().export(model, inputs, ExecutorchConfig(backend="mlx"))
+
+
+@pytest.mark.skipif(platform.system() == "Darwin" and platform.machine() == "arm64", reason="MLX can run here")
+def test_mlx_is_refused_off_apple_silicon():
+    with pytest.raises(UnsupportedError, match="MLX runs on Apple Silicon"):
+        ExecutorchExporter().export(CacheWriter(), _writer_inputs(), ExecutorchConfig(backend="mlx"))
+
+
+def test_unknown_backend_is_a_config_error():
+    from hfexport import ConfigError
+
+    with pytest.raises(ConfigError, match="backend"):
+        ExecutorchConfig(backend="vulkan2")
+
+
+# --- memory planning --------------------------------------------------------------------------------------------
+
+
+def test_alloc_flags_decide_what_the_memory_plan_holds(writers):
+    _, planned, caller = writers
+    default, off = _planned(planned.program), _planned(caller.program)
+    assert all(default["inputs"]) and all(default["outputs"])
+    assert not any(off["inputs"]), "alloc_graph_input=False: the runtime reads the caller's buffers"
+    assert not any(off["outputs"]), "alloc_graph_output=False: the caller binds every output"
+
+
+def test_in_place_update_lands_in_the_callers_cache_and_output_matches(writers):
+    model, planned, _ = writers
+    inputs, expected_inputs = _writer_inputs(), _writer_inputs()
+    with torch.no_grad():
+        expected = model(**expected_inputs)
+    out = planned(**inputs)
+    assert torch.allclose(out, expected, atol=1e-5)
+    assert torch.equal(inputs["cache"], expected_inputs["cache"]) and inputs["cache"].abs().sum() > 0
+    untouched = _writer_inputs()
+    planned(share_inputs=False, **untouched)
+    assert not untouched["cache"].any(), "share_inputs=False leaves the caller's tensors as they were"
+
+
+def test_pte_round_trip_gives_a_runtime_program(writers, tmp_path):
+    from executorch.runtime import Program
+
+    model, planned, _ = writers
+    planned.save_pretrained(tmp_path)
+    assert (tmp_path / "model.pte").read_bytes()[4:8] == b"ET12", "an ExecuTorch flatbuffer program"
+    reloaded = ExportedModel.from_pretrained(tmp_path)
+    assert isinstance(reloaded.program, Program)
+    inputs = _writer_inputs()
+    with torch.no_grad():
+        expected = model(**_writer_inputs())
+    assert torch.allclose(reloaded(**inputs), expected, atol=1e-5)
+    again = tmp_path / "again"
+    reloaded.save_pretrained(again)  # a loaded program is saved by copying its file
+    assert (again / "model.pte").read_bytes() == (tmp_path / "model.pte").read_bytes()
+
+
+def test_runner_refuses_a_gpu_device(writers):
+    _, planned, _ = writers
+    with pytest.raises(UnsupportedError, match="CPU tensors"):
+        planned.to("cuda")
+
+
+# --- MoE experts ----------------------------------------------------------------------------------------------------
+
+
+def test_moe_experts_switch_to_batched_mm_while_exporting_and_back():
+    from hfexport.workarounds import applied_workarounds
+
+    model = TINY_CASES["mixtral"].build()
+    assert model.config._experts_implementation_internal == "grouped_mm"
+    seen = []
+    with applied_workarounds("executorch", model, {}) as fired:
+        seen.append(model.config._experts_implementation_internal)
+    assert "executorch-moe-batched-mm" in fired and seen == ["batched_mm"]
+    assert model.config._experts_implementation_internal == "grouped_mm", "the model's own choice is put back"
+    with applied_workarounds("onnx", model, {}) as fired:
+        assert "executorch-moe-batched-mm" not in fired
+    dense = TINY_CASES["llama"].build()
+    with applied_workarounds("executorch", dense, {}) as fired:
+        assert "executorch-moe-batched-mm" not in fired
