@@ -1,9 +1,10 @@
 """Fold round-tripped state (KV cache, SSM states, static-cache counters) into OpenVINO variables.
 
 A state tensor is a cache input whose new value the graph returns as the cache output of the same name. Each such
-pair becomes a ``ReadValue``/``Assign`` variable, so the runtime keeps the cache between ``infer()`` calls instead of
-passing it in and out. Before that, every batched state input is routed through a ``Gather`` on its batch axis by a
-new ``beam_idx`` input: beam search reorders the cache inside the graph (``arange(batch)`` leaves it as it is).
+pair becomes a variable: the input parameter is replaced by a ``ReadValue``, the output result by an ``Assign``, so
+the runtime keeps the cache between ``infer()`` calls instead of passing it in and out. Every batched state is read
+through a ``Gather`` on its batch axis by a new ``beam_idx`` input: beam search reorders the cache inside the graph
+(``arange(batch)`` leaves it as it is).
 
 Nothing is frozen: a static cache's write position comes from the graph's inputs (``cache_position``) or from its
 own counter (``cumulative_length``), itself a variable carried from call to call, never a constant of the capture.
@@ -22,14 +23,22 @@ BEAM_IDX = "beam_idx"
 
 
 def state_pairs(metadata: ExportMetadata) -> dict[str, str]:
-    """``{cache input name: cache output name}`` for every tensor the graph round-trips."""
+    """``{cache input name: cache output name}`` for every tensor the graph round-trips.
+
+    Empty unless the cache the graph returns is exactly the one it takes: a prefill that builds its cache (a static
+    cache allocated on first use returns tensors it never took) hands the whole cache out, to be loaded into the
+    decode graph's state, rather than keeping part of it inside.
+    """
     returned = {s.name for s in metadata.user_outputs if s.role is IORole.CACHE_OUTPUT}
-    return {s.name: PRESENT + s.name for s in metadata.inputs if s.role is IORole.CACHE_INPUT and s.name in returned}
+    taken = {s.name for s in metadata.inputs if s.role is IORole.CACHE_INPUT}
+    if not taken or taken != returned:
+        return {}
+    return {s.name: PRESENT + s.name for s in metadata.inputs if s.role is IORole.CACHE_INPUT}
 
 
 def variable_id(input_name: str, output_name: str) -> str:
-    """The variable id ``apply_make_stateful_transformation`` gives a pair (the two names joined)."""
-    return input_name + output_name
+    """The id of the variable that holds the state pair ``(input_name, output_name)``."""
+    return input_name
 
 
 def make_stateful(model: Any, metadata: ExportMetadata) -> dict[str, str]:
@@ -43,40 +52,48 @@ def make_stateful(model: Any, metadata: ExportMetadata) -> dict[str, str]:
     import numpy as np
     import openvino as ov
     import openvino.opset13 as ops
-    from openvino._offline_transformations import apply_make_stateful_transformation
+    from openvino.op import assign, read_value
+    from openvino.op.util import Variable, VariableInfo
 
     beam_idx = ops.parameter(ov.PartialShape([-1]), ov.Type.i32, name=BEAM_IDX)
     beam_idx.output(0).get_tensor().set_names({BEAM_IDX})
     model.add_parameters([beam_idx])
-    axis = ops.constant(np.int64(0))
+    zero = ops.constant(np.int64(0))
+    batch = ops.unsqueeze(ops.gather(ops.shape_of(beam_idx, ov.Type.i64), zero, zero), zero)
+    results = {name: r for r in model.get_results() for name in r.output(0).get_names()}
     for name, out in pairs.items():
-        _narrow_int64_state(model, name, out, ov, ops)
-        port = model.input(name)
-        if port.get_partial_shape().rank.get_length() == 0:
-            continue  # a counter (cumulative_length): no batch axis to reorder
-        consumers = list(port.get_target_inputs())
-        gather = ops.gather(port, beam_idx, axis)
-        for consumer in consumers:
-            consumer.replace_source_output(gather.output(0))
+        param, result = model.input(name).get_node(), results[out]
+        new_value = result.input_value(0)
+        element = param.get_element_type()
+        if element == ov.Type.i64:  # the CPU plugin stores no i64 variable (a static cache's cumulative_length)
+            element = ov.Type.i32
+            new_value = ops.convert(new_value, element).output(0)
+        info = VariableInfo()
+        info.variable_id, info.data_type, info.data_shape = variable_id(name, out), element, param.get_partial_shape()
+        variable = Variable(info)
+        shape = param.get_partial_shape()
+        if shape.rank.get_length() == 0:
+            state = read_value(variable).output(0)
+        else:
+            # the CPU plugin compiles no dynamic-shape ReadValue without an initial value: zeros with the batch of
+            # beam_idx and every other dynamic dim empty (a growing cache before its first token); the runner loads
+            # the caller's cache at each new sequence, so a static cache starts from the caller's zeros
+            dims = [batch] + [ops.constant(np.array([d.get_length() if d.is_static else 0], dtype=np.int64))
+                              for d in list(shape)[1:]]
+            zeros = ops.broadcast(ops.constant(np.array(0, dtype=element.to_dtype())), ops.concat(dims, 0))
+            state = read_value(zeros, variable).output(0)
+        value = state if element == param.get_element_type() else ops.convert(state, param.get_element_type()).output(0)
+        if shape.rank.get_length() > 0:
+            value = ops.gather(value, beam_idx, zero).output(0)
+        for target in list(param.output(0).get_target_inputs()):
+            target.replace_source_output(value)
+        node = new_value.get_node()
+        if new_value.get_index() != 0:  # Assign takes a node: its first output
+            node = ops.convert(new_value, new_value.get_element_type())
+        sink = assign(node, variable)
+        model.add_variables([variable])
+        model.add_sinks([sink])
+        model.remove_result(result)
+        model.remove_parameter(param)
     model.validate_nodes_and_infer_types()
-    apply_make_stateful_transformation(model, pairs)
     return pairs
-
-
-def _narrow_int64_state(model: Any, name: str, out: str, ov: Any, ops: Any) -> None:
-    """Keep an int64 state (a static cache's ``cumulative_length``) as int32: the CPU plugin stores no i64
-    variable. The graph still computes in int64 between the two converts."""
-    param = model.input(name).get_node()
-    if param.get_element_type() != ov.Type.i64:
-        return
-    port = param.output(0)
-    consumers = list(port.get_target_inputs())
-    param.set_element_type(ov.Type.i32)
-    param.validate_and_infer_types()
-    wide = ops.convert(port, ov.Type.i64)
-    for consumer in consumers:
-        consumer.replace_source_output(wide.output(0))
-    result = next(r for r in model.get_results() if out in r.output(0).get_names())
-    narrow = ops.convert(result.input_value(0), ov.Type.i32)
-    result.input(0).replace_source_output(narrow.output(0))
-    result.validate_and_infer_types()
