@@ -1,0 +1,115 @@
+"""Seeded sample inputs for a tiny model, chosen by its ``main_input_name`` and its forward signature.
+
+Text: ``input_ids`` ``[2, seq]`` with row 0 left-padded by two positions and its ``attention_mask``; encoder-decoder
+models also get ``decoder_input_ids`` starting with their decoder start token (not for generation, which starts
+the decoder itself). Images: ``pixel_values`` ``[2, channels, size, size]`` at the config's image size. Audio:
+``input_features`` ``[2, mel_bins, 2 * max_source_positions]`` (Whisper layout) or ``[2, frames, features]``, and
+raw ``input_values`` ``[2, 1600]``. Image-text-to-text models get text-only inputs unless the family has a
+hand-written tiny case (:data:`hfexport.matrix.shrink.FROM_TINY_CASES`), whose inputs place image tokens.
+"""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any
+
+import torch
+
+from .shrink import FROM_TINY_CASES
+
+__all__ = ["NoInputRecipe", "sample_inputs"]
+
+_PAD, _FIRST_ID, _LAST_ID = 0, 3, 248
+
+
+class NoInputRecipe(Exception):
+    """The matrix has no sample-input recipe for this model's main input."""
+
+
+def _find(config: Any, *names: str) -> Any:
+    """The first of ``names`` set on the config or on one of its vision/audio/encoder sub-configs."""
+    for cfg in (config, *(getattr(config, s, None) for s in ("vision_config", "audio_config", "encoder_config",
+                                                             "encoder", "backbone_config"))):
+        for name in names:
+            value = getattr(cfg, name, None) if cfg is not None else None
+            if value is not None:
+                return value
+    return None
+
+
+def _text(model: Any, gen: torch.Generator, batch: int, seq: int, params: Any) -> dict[str, torch.Tensor]:
+    config = model.config
+    text = config.get_text_config(decoder=True) if hasattr(config, "get_text_config") else config
+    vocab = getattr(text, "vocab_size", None) or getattr(config, "vocab_size", None) or _LAST_ID
+    ids = torch.randint(_FIRST_ID, max(_FIRST_ID + 1, min(vocab, _LAST_ID)), (batch, seq), generator=gen)
+    mask = torch.ones(batch, seq, dtype=torch.long)
+    if batch >= 2:
+        ids[0, :2], mask[0, :2] = _PAD, 0
+    out = {"input_ids": ids}
+    if "attention_mask" in params:
+        out["attention_mask"] = mask
+    return out
+
+
+def _decoder_ids(model: Any, gen: torch.Generator, batch: int, seq: int) -> torch.Tensor:
+    start = getattr(model.generation_config, "decoder_start_token_id", None)
+    if start is None:
+        start = getattr(model.config, "decoder_start_token_id", None)
+    ids = torch.randint(_FIRST_ID, _LAST_ID, (batch, max(1, (seq + 1) // 2)), generator=gen)
+    vocab = getattr(model.config.get_text_config(decoder=True), "vocab_size", None) or _LAST_ID
+    ids = ids % vocab
+    ids[:, 0] = start if isinstance(start, int) else _PAD
+    return ids
+
+
+def _pixels(model: Any, gen: torch.Generator, batch: int) -> torch.Tensor:
+    size = _find(model.config, "image_size", "input_size") or 32
+    h, w = (size, size) if isinstance(size, int) else tuple(size)[-2:]
+    channels = _find(model.config, "num_channels", "in_channels") or 3
+    return torch.randn(batch, channels, h, w, generator=gen)
+
+
+def _features(model: Any, gen: torch.Generator, batch: int) -> torch.Tensor:
+    config = model.config
+    mel = _find(config, "num_mel_bins")
+    positions = _find(config, "max_source_positions")
+    if mel and positions:
+        return torch.randn(batch, mel, 2 * positions, generator=gen)
+    feat = _find(config, "feature_size", "input_feat_per_channel", "num_mel_bins", "input_dim")
+    if not feat:
+        raise NoInputRecipe("input_features: the config names no feature size")
+    return torch.randn(batch, 32, feat, generator=gen)
+
+
+def sample_inputs(model: Any, model_type: str, batch: int = 2, seq: int = 6,
+                  for_generation: bool = False) -> dict[str, torch.Tensor]:
+    """Forward (or ``generate``) kwargs for ``model``, seeded by ``(batch, seq)``.
+
+    Raises:
+        NoInputRecipe: When the model's main input is not one the matrix knows how to build.
+    """
+    if model_type in FROM_TINY_CASES:
+        from ..models.tiny import TINY_CASES
+
+        inputs = TINY_CASES[FROM_TINY_CASES[model_type]].inputs(batch, seq)
+        return {k: v for k, v in inputs.items() if not (for_generation and k.startswith("decoder"))}
+    gen = torch.Generator().manual_seed(1_000 * batch + seq)
+    params = inspect.signature(model.forward).parameters
+    main = getattr(model, "main_input_name", "input_ids")
+    if main == "input_ids":
+        out: dict[str, torch.Tensor] = _text(model, gen, batch, seq, params)
+    elif main == "pixel_values":
+        out = {"pixel_values": _pixels(model, gen, batch)}
+    elif main == "input_features":
+        out = {"input_features": _features(model, gen, batch)}
+    elif main == "input_values":
+        out = {"input_values": torch.randn(batch, 1600, generator=gen)}
+    else:
+        raise NoInputRecipe(f"no sample-input recipe for the main input {main!r}")
+    if main == "input_ids" and "pixel_values" in params and not model.can_generate():  # CLIP-like dual encoders
+        out["pixel_values"] = _pixels(model, gen, batch)
+    elif main == "pixel_values" and "input_ids" in params and not model.can_generate():
+        out.update(_text(model, gen, batch, seq, params))
+    if getattr(model.config, "is_encoder_decoder", False) and not for_generation and "decoder_input_ids" in params:
+        out["decoder_input_ids"] = _decoder_ids(model, gen, batch, seq)
+    return out

@@ -1,0 +1,159 @@
+"""The matrix's reports: CSV (one row per case), Markdown (coverage per backend, a grid, the failure reasons) and a
+PNG heat map (matplotlib, imported only here and only when the PNG is asked for).
+
+Coverage of a backend and stage = passing cases / cases whose tiny model could be built (``cannot-build`` rows are
+left out of the denominator, every other status counts against coverage).
+"""
+
+from __future__ import annotations
+
+import csv
+from collections import Counter
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+__all__ = ["FIELDS", "STATUSES", "coverage", "read_csv", "write_csv", "write_markdown", "write_heatmap",
+           "write_reports"]
+
+FIELDS = ("model_type", "class_name", "task", "backend", "stage", "status", "max_abs_diff", "mismatched_tokens",
+          "export_seconds", "wall_seconds", "reason")
+STATUSES = ("pass", "mismatch", "fail", "timeout", "eager-fails", "cannot-build", "unavailable")
+_COLOURS = {"pass": "#2e7d32", "mismatch": "#f9a825", "fail": "#c62828", "timeout": "#6a1b9a",
+            "eager-fails": "#8d6e63", "cannot-build": "#9e9e9e", "unavailable": "#e0e0e0", "n/a": "#ffffff"}
+
+
+def _columns(rows: list[dict[str, Any]]) -> list[tuple[str, str]]:
+    backends = list(dict.fromkeys(r["backend"] for r in rows))
+    stages = [s for s in ("export", "generate") if any(r["stage"] == s for r in rows)]
+    return [(b, s) for b in backends for s in stages]
+
+
+def coverage(rows: Iterable[dict[str, Any]]) -> dict[tuple[str, str], dict[str, Any]]:
+    """``(backend, stage) -> {"pass", "total", "counted", "percent", "counts"}``; ``counted`` leaves out
+    ``cannot-build``, ``percent`` is ``None`` when nothing is counted or the backend is unavailable."""
+    out: dict[tuple[str, str], dict[str, Any]] = {}
+    rows = list(rows)
+    for key in _columns(rows):
+        mine = [r for r in rows if (r["backend"], r["stage"]) == key]
+        counts = Counter(r["status"] for r in mine)
+        counted = len(mine) - counts["cannot-build"]
+        unavailable = counts["unavailable"] == counted and counted > 0
+        percent = None if not counted or unavailable else round(100.0 * counts["pass"] / counted, 1)
+        out[key] = {"pass": counts["pass"], "total": len(mine), "counted": counted, "percent": percent,
+                    "counts": dict(counts)}
+    return out
+
+
+def write_csv(rows: list[dict[str, Any]], path: Path) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=FIELDS, extrasaction="ignore")
+        writer.writeheader()
+        for row in rows:
+            writer.writerow({k: ("" if row.get(k) is None else row.get(k)) for k in FIELDS})
+    return path
+
+
+def read_csv(path: Path) -> list[dict[str, Any]]:
+    """Rows of a CSV written by :func:`write_csv`, numbers parsed back (empty cells as ``None``)."""
+    conv = {"max_abs_diff": float, "export_seconds": float, "wall_seconds": float, "mismatched_tokens": int}
+    with Path(path).open(newline="") as f:
+        return [{k: (conv[k](v) if k in conv and v != "" else (None if k in conv else v)) for k, v in r.items()}
+                for r in csv.DictReader(f)]
+
+
+def _cell(row: dict[str, Any] | None) -> str:
+    if row is None:
+        return "—"
+    status = row["status"]
+    if status == "pass" and row.get("max_abs_diff") is not None:
+        return f"pass {row['max_abs_diff']:.0e}, {row['export_seconds']:.0f} s"
+    if status == "pass" and row.get("export_seconds") is not None:
+        return f"pass, {row['export_seconds']:.0f} s"
+    return status
+
+
+def write_markdown(rows: list[dict[str, Any]], path: Path, header: str = "") -> Path:
+    """Coverage per backend and stage, a grid (one line per architecture) and every non-passing reason."""
+    cols = _columns(rows)
+    cov = coverage(rows)
+    archs = list(dict.fromkeys((r["model_type"], r["class_name"], r["task"]) for r in rows))
+    index = {(r["model_type"], r["backend"], r["stage"]): r for r in rows}
+    lines = ["# Support matrix", ""]
+    if header:
+        lines += [header.rstrip(), ""]
+    lines += ["## Coverage", "",
+              "Coverage = passing cases / cases whose tiny model could be built: `cannot-build` rows are left out "
+              "of the denominator; every other status (mismatch, fail, timeout, eager-fails) counts against it.", "",
+              "| backend | stage | pass | counted | cannot-build | coverage |", "|---|---|---|---|---|---|"]
+    for (backend, stage), c in cov.items():
+        pct = "n/a (backend not available in this release)" if c["percent"] is None else f"{c['percent']:.1f} %"
+        lines.append(f"| {backend} | {stage} | {c['pass']} | {c['counted']} | "
+                     f"{c['counts'].get('cannot-build', 0)} | {pct} |")
+    status_counts = Counter(r["status"] for r in rows)
+    lines += ["", "Statuses over all cases: " + ", ".join(f"{s} {status_counts[s]}" for s in STATUSES
+                                                         if status_counts[s]) + ".", "",
+              "`pass` = every output leaf within the fp32 bound (1e-4 Dynamo/ONNX, 1e-3 ExecuTorch/OpenVINO) for "
+              "`export`, greedy tokens equal to eager `model.generate` for `generate`; `eager-fails` = the matrix's "
+              "sample inputs do not run even in eager PyTorch (a gap of the matrix, not of the backend).", "",
+              "## Grid", "", "Cells: status, max abs diff vs eager (export), export seconds.", "",
+              "| model_type | class | task | " + " | ".join(f"{b} {s}" for b, s in cols) + " |",
+              "|---|---|---|" + "---|" * len(cols)]
+    for model_type, class_name, task in archs:
+        cells = [_cell(index.get((model_type, b, s))) for b, s in cols]
+        lines.append(f"| {model_type} | {class_name} | {task} | " + " | ".join(cells) + " |")
+    bad = [r for r in rows if r["status"] not in ("pass", "unavailable")]
+    if bad:
+        lines += ["", "## Reasons", "", "| model_type | backend | stage | status | reason |", "|---|---|---|---|---|"]
+        for r in bad:
+            reason = str(r.get("reason") or "").replace("|", "\\|").replace("\n", " ")
+            lines.append(f"| {r['model_type']} | {r['backend']} | {r['stage']} | {r['status']} | {reason} |")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def write_heatmap(rows: list[dict[str, Any]], path: Path, title: str = "hfexport support matrix") -> Path:
+    """One row per architecture, one column per backend and stage, coloured by status (white: not applicable)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.colors import ListedColormap
+    from matplotlib.patches import Patch
+
+    cols = _columns(rows)
+    archs = list(dict.fromkeys(r["model_type"] for r in rows))
+    names = list(_COLOURS)
+    index = {(r["model_type"], r["backend"], r["stage"]): r["status"] for r in rows}
+    grid = [[names.index(index.get((a, b, s), "n/a")) for b, s in cols] for a in archs]
+    cov = coverage(rows)
+    labels = [f"{b}\n{s}\n{'n/a' if cov[(b, s)]['percent'] is None else str(cov[(b, s)]['percent']) + ' %'}"
+              for b, s in cols]
+    height = max(3.0, 0.16 * len(archs) + 1.8)
+    fig, ax = plt.subplots(figsize=(2.0 + 1.1 * len(cols), height))
+    ax.imshow(grid, cmap=ListedColormap([_COLOURS[n] for n in names]), vmin=0, vmax=len(names) - 1,
+              aspect="auto", interpolation="nearest")
+    ax.set_xticks(range(len(cols)), labels, fontsize=7)
+    ax.xaxis.tick_top()
+    ax.set_yticks(range(len(archs)), archs, fontsize=6)
+    ax.set_title(title, fontsize=9, pad=28)
+    used = sorted({index.get((a, b, s), "n/a") for a in archs for b, s in cols}, key=names.index)
+    ax.legend(handles=[Patch(facecolor=_COLOURS[n], edgecolor="black", label=n) for n in used],
+              loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=7, frameon=False)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+    return path
+
+
+def write_reports(rows: list[dict[str, Any]], out_dir: Path, header: str = "", png: bool = True) -> list[Path]:
+    """``support-matrix.csv``, ``.md`` and (with ``png``) ``.png`` in ``out_dir``."""
+    out_dir = Path(out_dir)
+    paths = [write_csv(rows, out_dir / "support-matrix.csv"), write_markdown(rows, out_dir / "support-matrix.md",
+                                                                              header)]
+    if png:
+        paths.append(write_heatmap(rows, out_dir / "support-matrix.png"))
+    return paths

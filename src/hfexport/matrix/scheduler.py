@@ -1,0 +1,124 @@
+"""Runs matrix cases, each in its own ``python -m hfexport.matrix.worker`` process with a wall-clock timeout.
+
+A process per case keeps a crash (or a patch a failed export left behind) from touching the next case. Up to
+``jobs`` cases run at once. When a case reports ``cannot-build``, the cases of the same architecture not started
+yet get the same row without a process (the build is the same); likewise ``eager-fails`` for the same
+architecture and stage, and ``unavailable`` for a backend.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .discovery import Architecture
+
+__all__ = ["Case", "BACKENDS", "STAGES", "plan", "run_matrix"]
+
+BACKENDS = ("dynamo", "onnx", "executorch", "openvino")
+STAGES = ("export", "generate")
+
+
+@dataclass(frozen=True)
+class Case:
+    arch: Architecture
+    backend: str
+    stage: str
+
+    def argv(self) -> list[str]:
+        a = self.arch
+        return [a.model_type, a.class_name, a.task, self.backend, self.stage]
+
+    def row(self, **fields: Any) -> dict[str, Any]:
+        row = {"model_type": self.arch.model_type, "class_name": self.arch.class_name, "task": self.arch.task,
+               "backend": self.backend, "stage": self.stage, "status": "fail", "max_abs_diff": None,
+               "mismatched_tokens": None, "export_seconds": None, "reason": ""}
+        row.update(fields)
+        return row
+
+
+def plan(archs: Iterable[Architecture], backends: Iterable[str]) -> list[Case]:
+    """Every (architecture, backend, stage) case, grouped by architecture; ``generate`` only where generative."""
+    backends = list(backends)
+    return [Case(a, b, s) for a in archs for b in backends for s in STAGES if s == "export" or a.generative]
+
+
+def _env(jobs: int) -> dict[str, str]:
+    env = dict(os.environ)
+    src = str(Path(__file__).resolve().parents[2])  # the folder holding the hfexport package
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (src, env.get("PYTHONPATH")) if p)
+    if jobs > 1:  # share the cores instead of oversubscribing them
+        env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // jobs)))
+    return env
+
+
+def _run_one(case: Case, timeout: float, env: dict[str, str]) -> dict[str, Any]:
+    cmd = [sys.executable, "-m", "hfexport.matrix.worker", *case.argv()]
+    start = time.perf_counter()
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                            start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)  # the worker's own session: it and anything it started
+        proc.communicate()
+        return case.row(status="timeout", reason=f"no result within {timeout:g} s")
+    wall = round(time.perf_counter() - start, 2)
+    for line in reversed(out.splitlines()):
+        if line.startswith("{"):
+            try:
+                row = json.loads(line)
+            except ValueError:
+                break
+            return {**case.row(), **row, "wall_seconds": wall}
+    tail = next((ln.strip() for ln in reversed(err.splitlines()) if ln.strip()), "")
+    code = proc.returncode
+    how = f"was killed by {signal.Signals(-code).name}" if code < 0 else f"exited with status {code}"
+    return case.row(status="fail", reason=f"worker {how} without a result; last stderr line: {tail}"[:300],
+                    wall_seconds=wall)
+
+
+def run_matrix(cases: list[Case], jobs: int = 1, timeout: float = 300,
+               on_result: Callable[[dict[str, Any], int, int], None] | None = None) -> list[dict[str, Any]]:
+    """Run ``cases`` and return their rows in case order; ``on_result(row, done, total)`` after each one."""
+    env = _env(jobs)
+    lock = threading.Lock()
+    known: dict[tuple[str, str], dict[str, Any]] = {}  # ("arch", model_type) / ("backend", name) -> shared row
+    rows: list[dict[str, Any] | None] = [None] * len(cases)
+    done = 0
+
+    def work(i: int) -> None:
+        nonlocal done
+        case = cases[i]
+        with lock:
+            shared = (known.get(("arch", case.arch.model_type)) or known.get(("backend", case.backend))
+                      or known.get(("eager", f"{case.arch.model_type}/{case.stage}")))
+        if shared is not None:
+            row = case.row(status=shared["status"], reason=shared["reason"])
+        else:
+            row = _run_one(case, timeout, env)
+        with lock:
+            if row["status"] == "cannot-build":
+                known[("arch", case.arch.model_type)] = row
+            elif row["status"] == "eager-fails":  # the same inputs fail eagerly whatever the backend
+                known[("eager", f"{case.arch.model_type}/{case.stage}")] = row
+            elif row["status"] == "unavailable":
+                known[("backend", case.backend)] = row
+            rows[i] = row
+            done += 1
+            if on_result is not None:
+                on_result(row, done, len(cases))
+
+    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+        list(pool.map(work, range(len(cases))))
+    return [r for r in rows if r is not None]

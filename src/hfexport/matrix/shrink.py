@@ -1,0 +1,186 @@
+"""Tiny configs for any architecture: the config class's defaults, shrunk by generic rules plus a few overrides.
+
+Sizes go to hidden 64, 2 layers, 4 heads (2 key/value heads), feed-forward 128, a 256-token vocabulary, 32-pixel
+images in 8-pixel patches and 16 audio positions over 8 mel bins. Sub-configs (``text_config``, ``vision_config``,
+``audio_config``, ``encoder``, ``decoder``...) are shrunk by the same rules. Special token ids that fall outside the
+small vocabulary are renumbered: pad/bos/eos/start-like ids to 0, 1, 2, ... and placeholder ids (image, video,
+audio tokens) from 255 down, so sampled text ids ``[3, 248)`` never hit a placeholder. Lists with one entry per
+layer (``layer_types``...) are cut to the new layer count.
+
+:data:`OVERRIDES` holds what the rules cannot guess for a family; :data:`FROM_TINY_CASES` names the families whose
+hand-written tiny model (``hfexport.models.tiny``) is used instead, because their sample inputs must agree with the
+config (image placeholders, grids).
+
+Example:
+    >>> config = tiny_config("llama")
+    >>> (config.hidden_size, config.num_hidden_layers, config.vocab_size)
+    (64, 2, 256)
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["OVERRIDES", "FROM_TINY_CASES", "tiny_config", "build_model"]
+
+HIDDEN, FFN, LAYERS, HEADS, KV_HEADS, HEAD_DIM, VOCAB = 64, 128, 2, 4, 2, 16, 256
+MAX_PARAMETERS = 30_000_000
+_SET = {
+    **dict.fromkeys(("hidden_size", "d_model", "n_embd", "embed_dim", "dim", "out_hidden_size", "projection_dim",
+                     "word_embed_proj_dim", "hidden_dim_text"), HIDDEN),
+    **dict.fromkeys(("num_hidden_layers", "num_layers", "n_layer", "n_layers", "num_decoder_layers",
+                     "encoder_layers", "decoder_layers", "num_encoder_layers", "depth"), LAYERS),
+    **dict.fromkeys(("num_attention_heads", "n_head", "n_heads", "num_heads", "encoder_attention_heads",
+                     "decoder_attention_heads"), HEADS),
+    **dict.fromkeys(("num_key_value_heads", "num_kv_heads", "n_kv_heads", "multi_query_group_num"), KV_HEADS),
+    **dict.fromkeys(("intermediate_size", "ffn_dim", "d_ff", "n_inner", "encoder_ffn_dim", "decoder_ffn_dim",
+                     "hidden_dim"), FFN),
+    **dict.fromkeys(("moe_intermediate_size", "shared_expert_intermediate_size", "expert_intermediate_size"), 32),
+    **dict.fromkeys(("head_dim", "d_kv", "attention_head_dim"), HEAD_DIM),
+    **dict.fromkeys(("num_experts", "num_local_experts", "n_routed_experts", "moe_num_experts"), 4),
+    **dict.fromkeys(("num_experts_per_tok", "moe_k", "top_k_experts"), 2),
+}
+# upper bounds: values above are lowered to the bound, smaller ones kept
+_CAP = {
+    "vocab_size": VOCAB,
+    "max_position_embeddings": 256,
+    "n_positions": 256,
+    "max_target_positions": 64,
+    "max_source_positions": 16,
+    "num_mel_bins": 8,
+    "image_size": 32,
+    "patch_size": 8,
+    "kv_lora_rank": 32,
+    "q_lora_rank": 32,
+    "qk_rope_head_dim": 8,
+    "qk_nope_head_dim": 8,
+    "v_head_dim": 16,
+    "state_size": 8,
+    "ssm_state_size": 8,
+}
+_LOW_TOKENS = ("pad_token_id", "bos_token_id", "eos_token_id", "decoder_start_token_id", "sep_token_id",
+               "cls_token_id", "unk_token_id", "mask_token_id")
+_TOKEN_LISTS = ("suppress_tokens", "begin_suppress_tokens", "forced_decoder_ids")
+
+# model_type -> config kwargs the generic rules get wrong for that family
+OVERRIDES: dict[str, dict[str, Any]] = {
+    "gemma3_text": {"sliding_window": 8, "query_pre_attn_scalar": HEAD_DIM},
+    "mamba": {"tie_word_embeddings": False},
+    "whisper": {"init_std": 0.2, "tie_word_embeddings": False, "decoder_start_token_id": 3},
+    "t5": {"relative_attention_num_buckets": 8, "relative_attention_max_distance": 32},
+}
+# model_type -> hfexport.models.tiny case used instead of the generic rules
+FROM_TINY_CASES: dict[str, str] = {"qwen2_vl": "qwen2_vl", "llava": "llava"}
+
+
+def _is_config(value: Any) -> bool:
+    from transformers import PreTrainedConfig
+
+    return isinstance(value, PreTrainedConfig)
+
+
+def _token_ids(values: dict[str, Any], vocab: int) -> dict[str, Any]:
+    """Renumber the special token ids of one (sub)config that do not fit in ``vocab``."""
+    renumbered: dict[int, int] = {}
+    low, high = iter(range(VOCAB)), iter(range(VOCAB - 1, -1, -1))
+    out: dict[str, Any] = {}
+
+    def fix(key: str, tid: Any) -> Any:
+        if not isinstance(tid, int) or isinstance(tid, bool) or tid < vocab:
+            return tid
+        if tid not in renumbered:
+            renumbered[tid] = next(low if key in _LOW_TOKENS else high)
+        return renumbered[tid]
+
+    keys = sorted(values, key=lambda k: (k not in _LOW_TOKENS, _LOW_TOKENS.index(k) if k in _LOW_TOKENS else 0, k))
+    for key in keys:
+        value = values[key]
+        if key in _TOKEN_LISTS and value:
+            out[key] = None
+        elif key.endswith(("_token_id", "_token_index", "_token_ids")):
+            if isinstance(value, list):
+                new = [fix(key, v) for v in value]
+                if new != value:
+                    out[key] = new
+            elif (new := fix(key, value)) != value:
+                out[key] = new
+    return out
+
+
+def _shrunk(values: dict[str, Any], layers_before: int | None) -> dict[str, Any]:
+    """The overrides for one (sub)config, given its values (``to_dict()``) and its original layer count."""
+    out: dict[str, Any] = {}
+    for key, value in values.items():
+        if isinstance(value, bool) or value is None:
+            continue
+        if key in _SET and isinstance(value, int):
+            if value != _SET[key]:
+                out[key] = _SET[key]
+        elif key in _CAP and isinstance(value, int) and value > _CAP[key]:
+            out[key] = _CAP[key]
+        elif isinstance(value, list) and layers_before and len(value) == layers_before and layers_before > LAYERS:
+            out[key] = value[:LAYERS]
+    rope = values.get("rope_parameters") or values.get("rope_scaling")
+    if isinstance(rope, dict) and "mrope_section" in rope:
+        key = "rope_parameters" if values.get("rope_parameters") else "rope_scaling"
+        out[key] = {**rope, "mrope_section": [2, 3, 3]}  # sums to HEAD_DIM // 2
+    for key, value in values.items():  # nested sub-configs, e.g. the language model inside a VLM's text_config
+        if isinstance(value, dict) and "model_type" in value:
+            out[key] = {**value, **_shrunk(value, _layer_count(value))}
+    vocab = min(values.get("vocab_size") or VOCAB, VOCAB) if isinstance(values.get("vocab_size"), int) else VOCAB
+    out.update(_token_ids(values, vocab))
+    return out
+
+
+def _layer_count(values: dict[str, Any]) -> int | None:
+    for key in ("num_hidden_layers", "num_layers", "n_layer", "n_layers", "decoder_layers", "encoder_layers"):
+        if isinstance(values.get(key), int):
+            return values[key]
+    return None
+
+
+def tiny_config(model_type: str) -> Any:
+    """The shrunk config of ``model_type`` (defaults of its config class, then the rules, then :data:`OVERRIDES`)."""
+    from transformers import CONFIG_MAPPING
+
+    config_class = CONFIG_MAPPING[model_type]
+    default = config_class()
+    values = default.to_dict()
+    kwargs = _shrunk(values, _layer_count(values))
+    for key in list(vars(default)):
+        sub = getattr(default, key, None)
+        if _is_config(sub):
+            sub_values = sub.to_dict()
+            kwargs[key] = {**sub_values, **_shrunk(sub_values, _layer_count(sub_values))}
+    kwargs.update(OVERRIDES.get(model_type, {}))
+    return config_class(**kwargs)
+
+
+def build_model(model_type: str, class_name: str) -> Any:
+    """A seeded, eval-mode, fp32 tiny instance of ``class_name`` with a greedy generation config."""
+    import torch
+    import transformers
+    from transformers import GenerationConfig
+
+    if model_type in FROM_TINY_CASES:
+        from ..models.tiny import tiny_model
+
+        return tiny_model(FROM_TINY_CASES[model_type])
+    config = tiny_config(model_type)
+    cls = getattr(transformers, class_name)
+    attn = "sdpa" if getattr(cls, "_supports_sdpa", False) else "eager"
+    with torch.device("meta"):  # count first: a sub-config the rules missed can mean gigabytes
+        size = sum(p.numel() for p in cls._from_config(config, attn_implementation=attn).parameters())
+    if size > MAX_PARAMETERS:
+        raise ValueError(f"the shrunk model still has {size / 1e6:.0f}M parameters (> {MAX_PARAMETERS / 1e6:.0f}M): "
+                         "a size field the shrinking rules do not know")
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        model = cls._from_config(config, attn_implementation=attn, dtype=torch.float32)
+    model.eval()
+    if model.can_generate():
+        text = config.get_text_config(decoder=True) if hasattr(config, "get_text_config") else config
+        ids = {k: getattr(text, k, None) if getattr(text, k, None) is not None else getattr(config, k, None)
+               for k in ("pad_token_id", "bos_token_id", "eos_token_id", "decoder_start_token_id")}
+        model.generation_config = GenerationConfig(do_sample=False, **{k: v for k, v in ids.items() if v is not None})
+    return model

@@ -1,0 +1,183 @@
+"""One matrix case, run in its own process: ``python -m hfexport.matrix.worker MODEL_TYPE CLASS TASK BACKEND STAGE``.
+
+Prints exactly one JSON line on stdout (anything the model prints goes to stderr) with the case's ``status``:
+
+- ``pass``: the export's outputs match eager PyTorch within the backend's fp32 bound (export stage), or
+  ``ExportedModel.generate`` gives eager ``model.generate``'s greedy tokens exactly (generate stage);
+- ``mismatch``: it ran, but the numbers or tokens differ;
+- ``fail``: the export or its run raised (``reason`` = exception type, first line, component and the innermost
+  transformers source line when known);
+- ``eager-fails``: the tiny model runs not even eagerly on the matrix's inputs (a gap of the matrix's recipes);
+- ``cannot-build``: the tiny config or model cannot be built (missing package, remote code, rules that do not fit);
+- ``unavailable``: the backend is not part of this hfexport release.
+
+The scheduler adds ``timeout`` when the process outlives its budget.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import sys
+import time
+import traceback
+from typing import Any
+
+__all__ = ["TOLERANCES", "NEW_TOKENS", "run_case", "main"]
+
+TOLERANCES = {"dynamo": 1e-4, "onnx": 1e-4, "executorch": 1e-3, "openvino": 1e-3}
+NEW_TOKENS = 8
+MEMORY_GIB = 8
+UNAVAILABLE = "backend not available in this release"
+
+
+def reason_of(exc: BaseException) -> str:
+    """``Type: first line [component X] (modeling_x.py:123)``, one line, at most 300 characters."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    first = lines[0] if lines else ""
+    if first.endswith(":") and len(lines) > 1:  # "invalid X (1 problem(s)):" says nothing without its first item
+        first += " " + lines[1]
+    text = f"{type(exc).__name__}: {first}" if first else type(exc).__name__
+    component = getattr(exc, "component", None)
+    if component and f"{component!r}" not in text:
+        text += f" [component {component}]"
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if "/transformers/models/" in f.filename]
+    if frames:
+        text += f" ({frames[-1].filename.rsplit('/', 1)[-1]}:{frames[-1].lineno})"
+    return text[:300]
+
+
+def _exporter_and_config(backend: str, dynamic: bool) -> tuple[Any, Any]:
+    from ..errors import UnsupportedError
+    from ..registry import config_class_for, exporter_class_for
+
+    try:
+        exporter = exporter_class_for(backend)()
+    except UnsupportedError as e:
+        if "not part of this hfexport release" in str(e):
+            raise _Unavailable() from e
+        raise
+    return exporter, config_class_for(backend)(dynamic=dynamic)
+
+
+class _Unavailable(Exception):
+    pass
+
+
+def _export_stage(model: Any, model_type: str, backend: str, result: dict[str, Any]) -> None:
+    import torch
+
+    from ..validation import compare_outputs
+    from .inputs import sample_inputs
+
+    inputs = sample_inputs(model, model_type)
+    try:
+        with torch.no_grad():
+            eager = model(**inputs)
+    except Exception as e:  # noqa: BLE001 - recorded, not raised: the matrix reports every case
+        result.update(status="eager-fails", reason=reason_of(e))
+        return
+    exporter, config = _exporter_and_config(backend, dynamic=False)
+    start = time.perf_counter()
+    exported = exporter.export(model, inputs, config)
+    result["export_seconds"] = round(time.perf_counter() - start, 2)
+    with torch.no_grad():
+        report = compare_outputs(exported(**inputs), eager)
+    result["max_abs_diff"] = report["max_abs_diff"]
+    bound = TOLERANCES.get(backend, 1e-4)
+    if report["problems"]:
+        result.update(status="mismatch", reason="; ".join(report["problems"])[:300])
+    elif report["max_abs_diff"] > bound or report["max_abs_diff"] != report["max_abs_diff"]:
+        worst = max(report["leaves"].items(), key=lambda kv: kv[1]["max_abs_diff"])[0]
+        result.update(status="mismatch", reason=f"max abs diff {report['max_abs_diff']:.2e} > {bound:g} on {worst}")
+    else:
+        result["status"] = "pass"
+
+
+def _generate_stage(model: Any, model_type: str, backend: str, result: dict[str, Any]) -> None:
+    import torch
+
+    from .inputs import sample_inputs
+
+    capture = sample_inputs(model, model_type, batch=2, seq=6, for_generation=True)
+    prompt = sample_inputs(model, model_type, batch=2, seq=9, for_generation=True)
+    try:
+        with torch.no_grad():
+            expected = model.generate(**prompt, max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS, do_sample=False)
+    except Exception as e:  # noqa: BLE001
+        result.update(status="eager-fails", reason=reason_of(e))
+        return
+    exporter, config = _exporter_and_config(backend, dynamic=True)
+    start = time.perf_counter()
+    exported = exporter.export_for_generation(model, capture, config)
+    result["export_seconds"] = round(time.perf_counter() - start, 2)
+    got = exported.generate(**prompt, max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS)
+    if tuple(got.shape) != tuple(expected.shape):
+        result.update(status="mismatch", mismatched_tokens=-1,
+                      reason=f"token shape {tuple(got.shape)} != eager {tuple(expected.shape)}")
+        return
+    wrong = int((got != expected).sum())
+    result["mismatched_tokens"] = wrong
+    if wrong:
+        first = int((got != expected).any(dim=0).nonzero()[0])
+        result.update(status="mismatch", reason=f"{wrong} token(s) differ from eager greedy, first at position {first}")
+    else:
+        result["status"] = "pass"
+
+
+def run_case(model_type: str, class_name: str, task: str, backend: str, stage: str) -> dict[str, Any]:
+    """Run one case in this process and return its result row."""
+    result: dict[str, Any] = {"model_type": model_type, "class_name": class_name, "task": task, "backend": backend,
+                              "stage": stage, "status": "fail", "max_abs_diff": None, "mismatched_tokens": None,
+                              "export_seconds": None, "reason": ""}
+    try:
+        import torch
+
+        torch.manual_seed(0)
+        from .shrink import build_model
+
+        model = build_model(model_type, class_name)
+    except Exception as e:  # noqa: BLE001
+        result.update(status="cannot-build", reason=reason_of(e))
+        return result
+    try:
+        from .inputs import NoInputRecipe
+
+        (_generate_stage if stage == "generate" else _export_stage)(model, model_type, backend, result)
+    except _Unavailable:
+        result.update(status="unavailable", reason=UNAVAILABLE)
+    except NoInputRecipe as e:
+        result.update(status="fail", reason=f"matrix: {e}")
+    except Exception as e:  # noqa: BLE001
+        result.update(status="fail", reason=reason_of(e))
+    return result
+
+
+def _limit_memory(gib: int = MEMORY_GIB) -> None:
+    """Cap this process's heap, so one architecture the shrinking rules missed fails alone instead of taking the
+    machine's memory from everything else running on it (an over-large tiny build hit the OOM killer at 22 GB)."""
+    try:
+        import resource
+
+        soft, hard = resource.getrlimit(resource.RLIMIT_DATA)
+        limit = gib << 30
+        if soft == resource.RLIM_INFINITY or soft > limit:
+            resource.setrlimit(resource.RLIMIT_DATA, (limit, hard))
+    except (ImportError, ValueError, OSError):  # not POSIX, or a lower limit already set
+        pass
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 5:
+        print(__doc__.splitlines()[0], file=sys.stderr)
+        return 2
+    _limit_memory()
+    with contextlib.redirect_stdout(sys.stderr):
+        result = run_case(*args)
+    print(json.dumps(result), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
