@@ -1,4 +1,4 @@
-"""The ``hfexport`` command: export, env, demo.
+"""The ``hfexport`` command: export, env, demo, run, matrix.
 
 Each stage prints as it finishes, with its wall time; ``--json`` prints one JSON object instead, for machines.
 """
@@ -147,6 +147,10 @@ def build_parser() -> argparse.ArgumentParser:
     from .run_cli import add_run_parser
 
     add_run_parser(sub)
+
+    from .matrix.command import add_matrix_parser
+
+    add_matrix_parser(sub)
     return parser
 
 
