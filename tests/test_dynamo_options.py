@@ -104,3 +104,32 @@ def test_gqa_models_trace_grouped_sdpa_instead_of_copying_the_cache():
     mha = TINY_CASES["gpt2"]
     plain = DynamoExporter().export(mha.build(), mha.inputs(2, 7), config=DynamoConfig(dynamic=True))
     assert "dynamo-sdpa-gqa" not in plain.components["model"].metadata.workarounds
+
+
+def test_static_multi_token_decode_serves_the_prefill_and_saves_one_program(tmp_path):
+    """One graph for prompt and steps: one .pt2 (the weights once), and generate() still equals eager (a static
+    cache fixes the batch size at export: 2 here)."""
+    import copy
+    import json
+
+    from hfexport import ExportedModel
+
+    case = TINY_CASES["llama"]
+    model = case.build()
+    gen = copy.deepcopy(model.generation_config)
+    gen.do_sample, gen.cache_implementation, gen.max_cache_len = False, "static", 64
+    exported = DynamoExporter().export_for_generation(
+        model, case.inputs(2, 6), DynamoConfig(dynamic=True), generation_config=gen, multi_token_decode=True
+    )
+    assert exported.components["prefill"] is exported.components["decode"]
+    exported.save_pretrained(tmp_path)
+    manifest = json.loads((tmp_path / "export.json").read_text())
+    assert {c["program"] for c in manifest["components"].values()} == {"decode.pt2"}
+    assert sorted(p.name for p in tmp_path.glob("*.pt2")) == ["decode.pt2"]
+    reloaded = ExportedModel.from_pretrained(tmp_path)
+    assert reloaded.components["prefill"].program is reloaded.components["decode"].program
+    prompt = case.inputs(2, 9)
+    prompt["attention_mask"][1, :3] = 0
+    with torch.no_grad():
+        expected = model.generate(**prompt, max_new_tokens=12, generation_config=gen)
+    assert torch.equal(reloaded.generate(**prompt, max_new_tokens=12, generation_config=gen), expected)

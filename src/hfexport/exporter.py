@@ -27,6 +27,7 @@ from .configs import ExportConfigMixin, ExportFormat
 from .errors import ConfigError, ExportError, HfExportError, MissingPackageError
 from .exported import ExportedComponent, ExportedModel
 from .metadata import ExportMetadata
+from .quantizers.calibration import calibrate_components, check_quantizers
 from .signature import build_export_metadata
 from .workarounds import applied_workarounds
 
@@ -133,6 +134,7 @@ class HfExporter(abc.ABC):
         """
         config = self._check_config(config)
         self.validate_environment()
+        check_quantizers({"model": config}, self.export_format)  # an unsupported quantizer: ValueError, before tracing
         program, metadata = self._export_component("model", model, sample_inputs, config)
         return ExportedModel(
             {"model": ExportedComponent(program, metadata)},
@@ -156,11 +158,15 @@ class HfExporter(abc.ABC):
         from .capture.decompose import decompose_for_generation
 
         self.validate_environment()
+        check_quantizers(config, self.export_format)
         check_attention_implementation(model)
         components = decompose_for_generation(
             model, sample_inputs, generation_config=generation_config, multi_token_decode=multi_token_decode
         )
         configs = self._component_configs(config, list(components))
+        configs = calibrate_components(  # generate-kwargs calibration samples -> each component's own forward kwargs
+            model, config, configs, self.export_format, generation_config, multi_token_decode
+        )
         exported = {}
         # the prefill last: a backend may run it on the decode graph (serves_prefill) instead of exporting it
         for name in sorted(components, key=lambda n: n == "prefill"):
@@ -186,9 +192,19 @@ class HfExporter(abc.ABC):
         self, decode: ExportedComponent, prefill_inputs: Mapping[str, Any], multi_token_decode: bool
     ) -> bool:
         """Whether the exported ``decode`` component can also run the prefill (then no prefill graph is exported,
-        and the ``"prefill"`` component is the decode one). Default: never. A multi-token decode over a static
-        cache can: one graph serves the prompt on an empty cache and every later step."""
-        return False
+        and the ``"prefill"`` component is the decode one, its weights stored once and its export time saved).
+
+        A multi-token decode over a static cache can: given the empty cache, the whole prompt in one call (as the
+        spec's decode loop does), then every later step. A backend that cannot run it that way overrides this."""
+        metadata = decode.metadata
+        cache_key = next((k for k, v in metadata.kwargs.items() if v.get("kind") == "cache"), None)
+        if not multi_token_decode or cache_key is None or metadata.kwargs[cache_key].get("type") != "StaticCache":
+            return False
+        ids = next((s for s in metadata.inputs if s.name == "input_ids"), None)
+        if ids is None or len(ids.shape) != 2 or not isinstance(ids.shape[1], str):
+            return False  # the query axis was fixed at trace time: the graph cannot take a whole prompt
+        tensors = {k for k, v in prefill_inputs.items() if isinstance(v, torch.Tensor)}
+        return tensors <= set(metadata.kwargs)
 
     @abc.abstractmethod
     def export_program(
@@ -215,13 +231,19 @@ class HfExporter(abc.ABC):
     def save_programs(self, programs: Mapping[str, Any], directory: Path) -> dict[str, list[str]]:
         """Write every component's program into ``directory``; return each component's files, its program first.
 
-        The default saves each one with :meth:`save_program` as ``<name><suffix>``. A backend that can store what
-        components share once (weights in ONNX external data) overrides this.
+        The default saves each program with :meth:`save_program` as ``<name><suffix>``; components served by one
+        program (a static-cache prefill run by the decode graph, see :meth:`serves_prefill`) share its file, named
+        after the last of them. A backend that can store what distinct programs share once (weights in ONNX
+        external data) overrides this.
         """
+        filenames = {id(program): f"{name}{self.program_suffix()}" for name, program in programs.items()}
+        written: set[str] = set()
         files = {}
         for name, program in programs.items():
-            filename = f"{name}{self.program_suffix()}"
-            self.save_program(program, Path(directory) / filename)
+            filename = filenames[id(program)]
+            if filename not in written:
+                self.save_program(program, Path(directory) / filename)
+                written.add(filename)
             files[name] = self.program_files(filename)
         return files
 

@@ -84,19 +84,6 @@ class OnnxExporter(HfExporter):
             logger.info("ONNX graph passes: %s", ", ".join(f"{k} {v:.1f}s" for k, v in timings.items()))
         return model
 
-    def serves_prefill(self, decode: Any, prefill_inputs: Mapping[str, Any], multi_token_decode: bool) -> bool:
-        """A multi-token decode over a static cache also runs the prefill: given the empty cache, the whole prompt in
-        one call (as the spec's decode loop does). The prefill then costs no export time and no second graph."""
-        metadata = decode.metadata
-        cache_key = next((k for k, v in metadata.kwargs.items() if v.get("kind") == "cache"), None)
-        if not multi_token_decode or cache_key is None or metadata.kwargs[cache_key].get("type") != "StaticCache":
-            return False
-        ids = next((s for s in metadata.inputs if s.name == "input_ids"), None)
-        if ids is None or len(ids.shape) != 2 or not isinstance(ids.shape[1], str):
-            return False  # the query axis was fixed at trace time: the graph cannot take a whole prompt
-        tensors = {k for k, v in prefill_inputs.items() if isinstance(v, torch.Tensor)}
-        return tensors <= set(metadata.kwargs)
-
     # --- files --------------------------------------------------------------------------------------------------
 
     def program_suffix(self) -> str:
