@@ -30,7 +30,19 @@ from .errors import ConfigError, ExportError, HfExportError, ManifestError, Miss
 from .exported import ExportedComponent, ExportedModel
 from .exporter import HfExporter
 from .metadata import ExportMetadata, IORole, TensorSpec
-from .quantizers import CalibrationSet, ExportQuantizer
+from .quantizers import (
+    CalibrationSet,
+    ExportQuantizer,
+    NNCFOnnxQuantizer,
+    NNCFOpenVINOQuantizer,
+    NNCFQuantizationConfig,
+    NNCFTorchFXQuantizer,
+    NNCFWeightCompressionConfig,
+    OnnxRuntimeDynamicConfig,
+    OnnxRuntimeQuantizer,
+    OnnxRuntimeStaticConfig,
+    PT2EQuantizer,
+)
 from .registry import AutoHfExporter, register_backend
 from .runner import ModelRunner
 
@@ -66,6 +78,15 @@ __all__ = [
     # quantizers
     "ExportQuantizer",
     "CalibrationSet",
+    "PT2EQuantizer",
+    "OnnxRuntimeQuantizer",
+    "OnnxRuntimeStaticConfig",
+    "OnnxRuntimeDynamicConfig",
+    "NNCFOpenVINOQuantizer",
+    "NNCFOnnxQuantizer",
+    "NNCFTorchFXQuantizer",
+    "NNCFQuantizationConfig",
+    "NNCFWeightCompressionConfig",
     # errors
     "HfExportError",
     "ConfigError",

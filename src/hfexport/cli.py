@@ -61,9 +61,14 @@ def cmd_export(args: argparse.Namespace) -> int:
     from .models.loading import sample_inputs
     from .registry import AutoHfExporter
 
+    from .quantizers.presets import cli_quantizer
+
     progress = Progress(quiet=args.json)
+    make_quantizer = cli_quantizer(args.quantize, args.format, args.calibration)  # a bad pair fails before loading
     model, processor = _load_model(args.model, progress)
     config = AutoExportConfig.from_dict({"export_format": args.format, "dynamic": args.dynamic})
+    if make_quantizer is not None:
+        config.quantizer = make_quantizer(getattr(processor, "tokenizer", processor))
     exporter = AutoHfExporter.from_config(config)
     inputs = sample_inputs(model, processor)
     with progress.stage("trace", f"{args.format} ({'dynamic' if args.dynamic else 'static'} shapes)"):
@@ -132,6 +137,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--output", "-o", required=True, type=Path)
     p.add_argument("--dynamic", action="store_true", help="symbolic shapes (Dim.AUTO on every dim)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("--quantize", choices=["pt2e-int8", "ort-dynamic", "ort-static", "nncf-int8", "nncf-int4"],
+                   help="post-training quantization recipe (see hfexport.quantizers.presets)")
+    p.add_argument("--calibration", type=Path, metavar="FILE",
+                   help="JSONL of calibration prompts (a string, or an object with 'text', per line)")
     p.set_defaults(func=cmd_export)
 
     p = sub.add_parser("env", help="installed vs tested versions, usable backends")

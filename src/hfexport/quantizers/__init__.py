@@ -1,5 +1,30 @@
-"""Post-training quantizers applied during export."""
+"""Post-training quantizers applied during export.
+
+Each quantizer module imports its library (torchao, onnxruntime, nncf) only when it quantizes, so importing these
+names is light.
+"""
 
 from .base import CalibrationSet, ExportQuantizer
+from .nncf import (
+    NNCFOnnxQuantizer,
+    NNCFOpenVINOQuantizer,
+    NNCFQuantizationConfig,
+    NNCFTorchFXQuantizer,
+    NNCFWeightCompressionConfig,
+)
+from .onnxruntime import OnnxRuntimeDynamicConfig, OnnxRuntimeQuantizer, OnnxRuntimeStaticConfig
+from .pt2e import PT2EQuantizer
 
-__all__ = ["CalibrationSet", "ExportQuantizer"]
+__all__ = [
+    "ExportQuantizer",
+    "CalibrationSet",
+    "PT2EQuantizer",
+    "OnnxRuntimeQuantizer",
+    "OnnxRuntimeStaticConfig",
+    "OnnxRuntimeDynamicConfig",
+    "NNCFOpenVINOQuantizer",
+    "NNCFOnnxQuantizer",
+    "NNCFTorchFXQuantizer",
+    "NNCFQuantizationConfig",
+    "NNCFWeightCompressionConfig",
+]

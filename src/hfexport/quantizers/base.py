@@ -1,13 +1,15 @@
 """``ExportQuantizer`` and ``CalibrationSet``: the contract every post-training quantizer follows.
 
-A quantizer says which export formats it serves, which packages it needs, and whether it rewrites the
-``torch.export`` FX graph (before any conversion, so every backend takes the result) or the model a backend
-converts it into. The exporter checks it up front (:meth:`ExportQuantizer.validate_environment`), before tracing.
+A quantizer says which export formats it serves, which packages it needs (with the versions it is tested on), and
+whether it rewrites the ``torch.export`` FX graph (before any conversion, so every backend takes the result) or the
+model a backend converts it into (``onnx_ir.Model``, ``openvino.Model``). The exporter checks it up front
+(:meth:`ExportQuantizer.validate_environment`), before any tracing, then calls :meth:`ExportQuantizer.quantize`.
 """
 
 from __future__ import annotations
 
 import copy
+import dataclasses
 import importlib.metadata
 import warnings
 from collections.abc import Callable, Iterable, Iterator
@@ -15,23 +17,27 @@ from typing import Any, ClassVar
 
 from packaging.version import Version
 
-from .._versions import pip_line
+from .._versions import TESTED, normalize, pip_line
 from ..configs import ExportFormat, parse_format
-from ..errors import MissingPackageError
+from ..errors import MissingPackageError, UnsupportedError
 
-__all__ = ["ExportQuantizer", "CalibrationSet"]
+__all__ = ["ExportQuantizer", "CalibrationSet", "LibraryArguments"]
+
+_drift_warned: set[tuple[str, str, str]] = set()
 
 
 class CalibrationSet:
     """Re-iterable, lazy view of calibration samples as model inputs.
 
     The samples are ``calibration_dataset``, or the export's own ``sample_inputs`` (with one warning, when first
-    read) if there is none. ``transform`` maps each forward-kwargs sample to what the quantized model takes.
+    read) if there is none. They can be any mapping, such as a tokenizer's ``BatchEncoding``. ``transform`` maps each
+    forward-kwargs sample to what the quantized model takes (traced kwargs, ONNX feeds, OpenVINO port feeds), one
+    sample at a time, on every pass: a calibration library that reads the set twice sees every sample twice.
 
     Example:
         >>> calib = CalibrationSet(None, {"input_ids": ids}, transform=dict)
-        >>> len(list(calib))
-        1
+        >>> len(list(calib)), len(list(calib))  # one warning, two passes
+        (1, 1)
     """
 
     def __init__(
@@ -51,7 +57,7 @@ class CalibrationSet:
                 self._warned = True
                 warnings.warn(
                     "no calibration_dataset given: calibrating on the export's own sample inputs, which rarely "
-                    "represent real data; pass calibration_dataset=[...] for a usable int8 model",
+                    "represent real data; pass calibration_dataset=[...] to the quantizer for a usable int8 model",
                     stacklevel=2,
                 )
             yield self.transform(dict(self.sample_inputs))
@@ -59,13 +65,39 @@ class CalibrationSet:
         for sample in self.calibration_dataset:
             yield self.transform(dict(sample))
 
+    def __len__(self) -> int:
+        if self.calibration_dataset is None:
+            return 1
+        return len(self.calibration_dataset)  # type: ignore[arg-type]  # a DataLoader has one; a generator does not
+
+
+@dataclasses.dataclass
+class LibraryArguments:
+    """Arguments of a quantization library's function; a field left ``None`` keeps the library's default."""
+
+    def to_kwargs(self) -> dict[str, Any]:
+        """The fields that are set, as keyword arguments of the library's function."""
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if getattr(self, f.name) is not None}
+
 
 class ExportQuantizer:
     """Base class for post-training quantizers applied during export.
 
+    Subclasses set :attr:`supported_formats`, :attr:`required_packages` (distribution -> minimum version) and
+    :attr:`quantizes_fx_graph`, and implement :meth:`quantize`.
+
     Args:
-        calibration_dataset: Input dicts (a list, or a ``DataLoader`` whose batches collate to model inputs).
-            ``None`` calibrates on the export's sample inputs, with a warning.
+        calibration_dataset: Input dicts the quantizer calibrates on: a list, or a ``DataLoader`` whose batches
+            collate to model inputs. For ``export_for_generation`` they are ``generate`` kwargs, captured into one
+            calibration set per component. ``None`` calibrates on the export's sample inputs, with a warning.
+
+    Example:
+        >>> class Identity(ExportQuantizer):
+        ...     supported_formats = (ExportFormat.DYNAMO,)
+        ...     quantizes_fx_graph = True
+        ...     def quantize(self, model, sample_inputs, export_format):
+        ...         return model
+        >>> DynamoConfig(quantizer=Identity())
     """
 
     supported_formats: ClassVar[tuple[ExportFormat, ...]] = ()
@@ -75,6 +107,12 @@ class ExportQuantizer:
     def __init__(self, calibration_dataset: Iterable[dict[str, Any]] | None = None):
         self.calibration_dataset = calibration_dataset
 
+    @property
+    def tested_versions(self) -> dict[str, str]:
+        """The versions of :attr:`required_packages` this quantizer is tested on."""
+        pins = {normalize(k): v for k, v in TESTED.items()}
+        return {name: pins[normalize(name)] for name in self.required_packages if normalize(name) in pins}
+
     def with_calibration(self, calibration_dataset: Iterable[dict[str, Any]]) -> ExportQuantizer:
         """A copy of this quantizer that calibrates on ``calibration_dataset``."""
         clone = copy.copy(self)
@@ -82,33 +120,75 @@ class ExportQuantizer:
         return clone
 
     def validate_environment(self, export_format: ExportFormat | str) -> None:
-        """Raise ``ValueError`` for a format this quantizer cannot serve, :class:`MissingPackageError` for a missing
-        or too-old package; warn when a package differs from the version it is tested on."""
+        """Raise ``ValueError`` (an :class:`~hfexport.UnsupportedError`) for a format this quantizer cannot serve, :class:`MissingPackageError` for a missing
+        or too-old package; warn once when a package differs from the version it is tested on."""
         fmt = parse_format(export_format)
         if fmt not in self.supported_formats:
-            raise ValueError(
-                f"{type(self).__name__} cannot quantize a {str(fmt)!r} export; it supports "
-                f"{[str(f) for f in self.supported_formats]}"
+            raise UnsupportedError(  # a ValueError
+                f"{type(self).__name__} cannot quantize a {str(fmt)!r} export; it quantizes "
+                f"{', '.join(repr(str(f)) for f in self.supported_formats)} exports"
+                + self.unsupported_hint(fmt)
             )
+        self.check_options(fmt)
         for name, minimum in self.required_packages.items():
             try:
                 found = importlib.metadata.version(name)
             except importlib.metadata.PackageNotFoundError:
-                raise MissingPackageError(name, type(self).__name__, pip_line([name])) from None
+                raise MissingPackageError(name, type(self).__name__, _pip(name)) from None
             if minimum and Version(found) < Version(minimum):
-                raise MissingPackageError(name, type(self).__name__, pip_line([name]), found, minimum)
+                raise MissingPackageError(name, type(self).__name__, _pip(name), found, minimum)
+        for name, tested in self.tested_versions.items():
+            found = importlib.metadata.version(name)
+            key = (type(self).__name__, name, found)
+            if Version(found).base_version != Version(tested).base_version and key not in _drift_warned:
+                _drift_warned.add(key)
+                warnings.warn(
+                    f"{type(self).__name__} is tested with {name}=={tested}, found {found}; results may differ",
+                    stacklevel=2,
+                )
+
+    def unsupported_hint(self, export_format: ExportFormat | str) -> str:
+        """What to use instead, appended to the ``ValueError`` for an unsupported format."""
+        return ""
+
+    def check_options(self, export_format: ExportFormat | str) -> None:
+        """Raise ``ValueError`` for options this quantizer cannot honour on ``export_format`` (before tracing)."""
 
     def quantize(self, model: Any, sample_inputs: dict[str, Any], export_format: ExportFormat) -> Any:
-        """Quantize ``model`` (the FX graph if :attr:`quantizes_fx_graph`, else the backend's model)."""
+        """Quantize ``model`` (the ``ExportedProgram`` if :attr:`quantizes_fx_graph`, else the backend's model) and
+        return the result, calibrated on ``calibration_dataset``, or on the export's ``sample_inputs``."""
         raise NotImplementedError(f"{type(self).__name__} must implement quantize()")
 
     def traced_calibration(self, sample_inputs: dict[str, Any]) -> CalibrationSet:
-        """Calibration samples as the traced kwargs, for FX-graph quantizers."""
-        keys = list(sample_inputs)
-        return CalibrationSet(
-            self.calibration_dataset, sample_inputs, lambda s: {k: s[k] for k in keys if k in s}
-        )
+        """Calibration samples as the traced kwargs, for FX-graph quantizers: each sample keeps the keys the graph
+        was traced with (output flags and labels dropped), deep-copied, since a forward writes a cache in place."""
+        from .calibration import traced_kwargs
+
+        keys = [k for k in sample_inputs if _is_traced_key(k)]
+        return CalibrationSet(self.calibration_dataset, sample_inputs, lambda s: traced_kwargs(s, keys))
 
     def to_dict(self) -> dict[str, Any]:
         """A description for the saved export config (not meant to rebuild the quantizer)."""
-        return {"type": type(self).__name__, "calibrated": self.calibration_dataset is not None}
+        out: dict[str, Any] = {"type": type(self).__name__, "calibrated": self.calibration_dataset is not None}
+        config = getattr(self, "config", None)
+        if config is not None:
+            out["config"] = {"type": type(config).__name__, **{k: repr(v) for k, v in config.to_kwargs().items()}}
+        return out
+
+    def __repr__(self) -> str:
+        config = getattr(self, "config", None)
+        return f"{type(self).__name__}({'' if config is None else repr(config)})"
+
+
+def _is_traced_key(key: str) -> bool:
+    from ..capture.prepare import LABEL_KEYS, OUTPUT_FLAGS
+
+    return key not in LABEL_KEYS and key not in OUTPUT_FLAGS
+
+
+def _pip(name: str) -> str:
+    try:
+        exact = pip_line([name])
+    except ValueError:
+        exact = f"pip install {name}"
+    return f"pip install 'hfexport[quantization]'   # or: {exact}"

@@ -1,0 +1,142 @@
+"""Calibration samples in the form each quantized model takes, and per-component capture for generation.
+
+- :func:`traced_kwargs`: a sample as the traced forward kwargs (for FX-graph quantizers).
+- :func:`flat_feeds`: a sample as the named, flat tensors of a converted graph (ONNX feeds, OpenVINO port feeds),
+  matched by position: a converted graph's inputs are the traced kwargs' tensor leaves in pytree order, as the
+  runners feed them.
+- :func:`capture_calibration`: ``generate`` kwargs -> one list of forward kwargs per exported component.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+import torch.utils._pytree as pytree
+
+__all__ = ["traced_kwargs", "flat_feeds", "capture_calibration", "check_quantizers", "calibrate_components"]
+
+
+def traced_kwargs(sample: Mapping[str, Any], keys: Sequence[str]) -> dict[str, Any]:
+    """``sample`` restricted to the traced ``keys``, in their order, deep-copied (a forward updates a cache in place).
+
+    Raises:
+        ValueError: The sample lacks a traced input (e.g. ``generate`` kwargs given to a single-graph export).
+    """
+    missing = [k for k in keys if k not in sample]
+    if missing:
+        raise ValueError(
+            f"a calibration sample lacks the traced inputs {missing} (it has {sorted(sample)}); calibration samples "
+            "are the exported forward's kwargs (export_for_generation takes generate kwargs and captures them)"
+        )
+    return copy.deepcopy({k: sample[k] for k in keys})
+
+
+def flat_feeds(sample: Mapping[str, Any], keys: Sequence[str], names: Sequence[str], dtypes: Sequence[Any]) -> dict:
+    """The tensor leaves of ``sample`` (its traced ``keys``, in order) as ``{input name: numpy array}``.
+
+    Args:
+        sample: Forward kwargs (caches included).
+        keys: The traced kwargs, in traced order.
+        names: The converted graph's input names, in order.
+        dtypes: The numpy dtype of each input (a leaf of another dtype is cast, as the runners do).
+    """
+    from ..capture.caches import register_cache_classes
+
+    register_cache_classes()
+    selected = traced_kwargs(sample, keys)
+    leaves = [leaf for leaf in pytree.tree_leaves(selected) if isinstance(leaf, torch.Tensor)]
+    if len(leaves) != len(names):
+        raise ValueError(
+            f"a calibration sample flattens to {len(leaves)} tensors but the converted graph takes {len(names)} "
+            f"({list(names)[:6]}...): give samples with the same inputs (and cache layout) as the export's"
+        )
+    return {
+        name: leaf.detach().cpu().numpy().astype(dtype, copy=False) for name, leaf, dtype in zip(names, leaves, dtypes)
+    }
+
+
+def capture_calibration(
+    model: torch.nn.Module,
+    calibration_dataset: Iterable[Mapping[str, Any]],
+    generation_config: Any = None,
+    multi_token_decode: bool = False,
+) -> dict[str, list[dict[str, Any]]]:
+    """Run each ``generate``-kwargs sample through :func:`~hfexport.utils.decompose_for_generation` and collect
+    every component's forward kwargs: ``{component: [kwargs, ...]}``.
+
+    A multi-token decode graph over a static cache also serves the prompt, so it calibrates on the prefill inputs
+    too.
+
+    Example:
+        >>> calib = capture_calibration(model, [tok("Hello", return_tensors="pt")])
+        >>> sorted(calib), len(calib["decode"])
+        (['decode', 'prefill'], 1)
+    """
+    from ..capture.decompose import decompose_for_generation
+
+    per_component: dict[str, list[dict[str, Any]]] = {}
+    for sample in calibration_dataset:
+        components = decompose_for_generation(
+            model, dict(sample), generation_config=generation_config, multi_token_decode=multi_token_decode
+        )
+        for name, (_, kwargs) in components.items():
+            per_component.setdefault(name, []).append(kwargs)
+        if multi_token_decode and _static(generation_config) and "prefill" in components and "decode" in components:
+            per_component["decode"].append(components["prefill"][1])
+    return per_component
+
+
+def numpy_dtype(name: str) -> Any:
+    """The numpy dtype of an ONNX / OpenVINO element type name (``"float32"``, ``"int64"``, ``"f32"``, ``"i64"``)."""
+    short = {"f32": "float32", "f16": "float16", "f64": "float64", "i64": "int64", "i32": "int32", "i8": "int8",
+             "u8": "uint8", "boolean": "bool", "u1": "bool"}
+    return np.dtype(short.get(name, name))
+
+
+def check_quantizers(config: Any, export_format: Any) -> None:
+    """``validate_environment`` of every quantizer in ``config`` (one config, or a dict of per-component ones)."""
+    configs = config.values() if isinstance(config, Mapping) and "export_format" not in config else [config]
+    for component_config in configs:
+        quantizer = component_config.get("quantizer") if isinstance(component_config, Mapping) else getattr(
+            component_config, "quantizer", None
+        )
+        if quantizer is not None and hasattr(quantizer, "validate_environment"):
+            quantizer.validate_environment(export_format)
+
+
+def calibrate_components(
+    model: torch.nn.Module,
+    config: Any,
+    configs: dict[str, Any],
+    export_format: Any,
+    generation_config: Any = None,
+    multi_token_decode: bool = False,
+) -> dict[str, Any]:
+    """Per-component configs for ``export_for_generation``: each quantizer checked against ``export_format``, and,
+    where one config serves every component and its quantizer has ``generate``-kwargs calibration samples, one
+    copy of it per component calibrating on that component's captured forward kwargs."""
+    import dataclasses
+
+    check_quantizers(configs, export_format)
+    quantizer = getattr(config, "quantizer", None)
+    per_component = isinstance(config, Mapping) and "export_format" not in config
+    if quantizer is None or per_component or quantizer.calibration_dataset is None:
+        return configs
+    captured = capture_calibration(model, quantizer.calibration_dataset, generation_config, multi_token_decode)
+    out = {
+        name: dataclasses.replace(c, quantizer=quantizer.with_calibration(captured.get(name) or None))
+        for name, c in configs.items()
+    }
+    if multi_token_decode and _static(generation_config) and "prefill" in out and "decode" in out:
+        # one multi-token graph may serve both (HfExporter.serves_prefill compares the configs); its calibration set
+        # holds the prefill samples too
+        out["prefill"] = out["decode"]
+    return out
+
+
+def _static(generation_config: Any) -> bool:
+    return getattr(generation_config, "cache_implementation", None) == "static"

@@ -1,0 +1,79 @@
+"""FX-graph quantizers work on a ``GraphModule``; the backends take an ``ExportedProgram``: go there and back.
+
+:func:`graph_module` gives the program's module (what PT2E and NNCF quantize); :func:`reexport` traces the quantized
+module again with the program's own example inputs and the same dims symbolic, so the backend gets a program with
+the signature (in-place cache writes included) of the one it traced.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.utils._pytree as pytree
+from torch.export import Dim, ShapesCollection
+
+__all__ = ["graph_module", "reexport", "traced_keys"]
+
+
+def graph_module(program: torch.export.ExportedProgram) -> torch.fx.GraphModule:
+    """The program as a callable ``GraphModule`` taking the traced kwargs."""
+    return program.module()
+
+
+def traced_keys(program: torch.export.ExportedProgram) -> list[str]:
+    """The kwargs the program was traced with, in order."""
+    _, kwargs = program.example_inputs
+    return list(kwargs)
+
+
+def reexport(program: torch.export.ExportedProgram, module: torch.fx.GraphModule) -> torch.export.ExportedProgram:
+    """``torch.export`` the quantized ``module`` on ``program``'s example inputs, keeping its symbolic dims.
+
+    Never strict: Dynamo refuses to trace an exported ``GraphModule``, and no Python is left to check.
+    """
+    args, kwargs = program.example_inputs
+    shapes = _dynamic_shapes(program, module, args, kwargs)
+    with torch.no_grad():
+        return torch.export.export(
+            module,
+            args=tuple(args),
+            kwargs=_fresh(kwargs),
+            dynamic_shapes=shapes,
+            strict=False,
+            prefer_deferred_runtime_asserts_over_guards=True,
+        )
+
+
+def _fresh(kwargs: dict[str, Any]) -> dict[str, Any]:
+    """A copy of the example inputs (the re-trace must not write into the program's own)."""
+    import copy
+
+    return copy.deepcopy(kwargs)
+
+
+def _dynamic_shapes(
+    program: torch.export.ExportedProgram, module: torch.nn.Module, args: Any, kwargs: dict[str, Any]
+) -> Any:
+    """Mark, on the example inputs' tensors, the dims the program keeps symbolic (``Dim.AUTO``)."""
+    leaves = pytree.tree_leaves((args, kwargs))
+    user_inputs = [
+        node
+        for node in program.graph.nodes
+        if node.op == "placeholder" and node.name in set(program.graph_signature.user_inputs)
+    ]
+    tensors = [leaf for leaf in leaves if isinstance(leaf, torch.Tensor)]
+    values = [node.meta.get("val") for node in user_inputs]
+    values = [v for v in values if isinstance(v, torch.Tensor)]
+    if len(tensors) != len(values):
+        return None  # unexpected layout: re-trace static rather than guess
+    collection = ShapesCollection()
+    dynamic = False
+    for tensor, value in zip(tensors, values):
+        dims = {i: Dim.AUTO for i, size in enumerate(value.shape) if not isinstance(size, int)}
+        if dims:
+            collection[tensor] = dims
+            dynamic = True
+    if not dynamic:
+        return None
+    return collection.dynamic_shapes(module, tuple(args), kwargs)

@@ -1,0 +1,163 @@
+"""``OnnxRuntimeQuantizer``: ONNX Runtime's own quantization (``onnxruntime.quantization``) of the converted graph."""
+
+from __future__ import annotations
+
+import dataclasses
+import tempfile
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from ..configs import ExportFormat
+from .base import CalibrationSet, ExportQuantizer, LibraryArguments, _is_traced_key
+from .calibration import flat_feeds, numpy_dtype
+
+__all__ = ["OnnxRuntimeQuantizer", "OnnxRuntimeStaticConfig", "OnnxRuntimeDynamicConfig"]
+
+
+@dataclasses.dataclass
+class OnnxRuntimeStaticConfig(LibraryArguments):
+    """Arguments of ``onnxruntime.quantization.quantize_static``: int8 activations and weights (QDQ by default),
+    calibrated on the quantizer's ``calibration_dataset``. A field left ``None`` keeps ONNX Runtime's default.
+
+    Example:
+        >>> OnnxConfig(quantizer=OnnxRuntimeQuantizer(OnnxRuntimeStaticConfig(per_channel=True), samples))
+    """
+
+    quant_format: Any = None
+    op_types_to_quantize: list[str] | None = None
+    per_channel: bool | None = None
+    reduce_range: bool | None = None
+    activation_type: Any = None
+    weight_type: Any = None
+    nodes_to_quantize: list[str] | None = None
+    nodes_to_exclude: list[str] | None = None
+    calibrate_method: Any = None
+    calibration_providers: list[str] | None = None
+    extra_options: dict[str, Any] | None = None
+
+
+@dataclasses.dataclass
+class OnnxRuntimeDynamicConfig(LibraryArguments):
+    """Arguments of ``onnxruntime.quantization.quantize_dynamic``: int8 weights, activations quantized at run time,
+    no calibration. A field left ``None`` keeps ONNX Runtime's default.
+
+    Example:
+        >>> OnnxConfig(quantizer=OnnxRuntimeQuantizer(OnnxRuntimeDynamicConfig()))
+    """
+
+    op_types_to_quantize: list[str] | None = None
+    per_channel: bool | None = None
+    reduce_range: bool | None = None
+    weight_type: Any = None
+    nodes_to_quantize: list[str] | None = None
+    nodes_to_exclude: list[str] | None = None
+    extra_options: dict[str, Any] | None = None
+
+
+class OnnxRuntimeQuantizer(ExportQuantizer):
+    """Quantize the converted ONNX model with ONNX Runtime's tools: ``quantize_static`` with an
+    :class:`OnnxRuntimeStaticConfig` (the default), or ``quantize_dynamic`` with an :class:`OnnxRuntimeDynamicConfig`.
+
+    Example:
+        >>> static = OnnxRuntimeStaticConfig(per_channel=True)
+        >>> OnnxConfig(quantizer=OnnxRuntimeQuantizer(static, calibration_dataset=samples))
+        >>> OnnxConfig(quantizer=OnnxRuntimeQuantizer(OnnxRuntimeDynamicConfig()))
+    """
+
+    supported_formats = (ExportFormat.ONNX,)
+    required_packages = {"onnx": "1.18", "onnx-ir": "0.1.12", "onnxruntime": "1.21"}
+
+    def __init__(
+        self,
+        config: OnnxRuntimeStaticConfig | OnnxRuntimeDynamicConfig | None = None,
+        calibration_dataset: Iterable[dict[str, Any]] | None = None,
+    ):
+        super().__init__(calibration_dataset)
+        config = OnnxRuntimeStaticConfig() if config is None else config
+        if not isinstance(config, OnnxRuntimeStaticConfig | OnnxRuntimeDynamicConfig):
+            raise TypeError(
+                f"OnnxRuntimeQuantizer takes an OnnxRuntimeStaticConfig or OnnxRuntimeDynamicConfig, got "
+                f"{type(config).__name__}"
+            )
+        self.config = config
+
+    def unsupported_hint(self, export_format: ExportFormat | str) -> str:
+        return "; to quantize for every backend, use PT2EQuantizer or NNCFTorchFXQuantizer (on the FX graph)"
+
+    def quantize(self, model: Any, sample_inputs: dict[str, Any], export_format: ExportFormat) -> Any:
+        import onnx_ir as ir
+        from onnxruntime.quantization import quantize_dynamic, quantize_static
+
+        with tempfile.TemporaryDirectory() as tmp:
+            # quantize from and to files with external data: a model past protobuf's 2 GB limit works too
+            source, target = Path(tmp, "model.onnx"), Path(tmp, "quantized.onnx")
+            ir.save(model, source, external_data="model.onnx.data")
+            kwargs = self.config.to_kwargs()
+            kwargs["nodes_to_exclude"] = [*(kwargs.get("nodes_to_exclude") or []), *_onnx_attention_nodes(model)]
+            if isinstance(self.config, OnnxRuntimeDynamicConfig):
+                _drop_initializer_value_info(source)
+                quantize_dynamic(source, target, use_external_data_format=True, **kwargs)
+            else:
+                quantize_static(
+                    source, target, _FeedReader(onnx_calibration(model, sample_inputs, self.calibration_dataset)),
+                    use_external_data_format=True, **kwargs,
+                )
+            quantized = ir.load(target)
+            _load_in_memory(quantized)  # before the temporary directory goes
+        return quantized
+
+
+def onnx_calibration(model: Any, sample_inputs: dict[str, Any], dataset: Any) -> CalibrationSet:
+    """Calibration samples as feeds of the ONNX ``model``'s graph inputs."""
+    keys = [k for k in sample_inputs if _is_traced_key(k)]
+    names = [v.name for v in model.graph.inputs]
+    dtypes = [numpy_dtype(v.dtype.numpy().name) for v in model.graph.inputs]
+    return CalibrationSet(dataset, sample_inputs, lambda s: flat_feeds(s, keys, names, dtypes))
+
+
+def _onnx_attention_nodes(model: Any) -> list[str]:
+    """Names of the standard (opset 23) ``Attention`` nodes: ONNX Runtime's quantizer matches ops by type alone and
+    would turn them into its ``com.microsoft`` ``QAttention``, whose inputs and attributes differ (the session then
+    refuses the graph: "Unrecognized attribute: is_causal for operator QAttention")."""
+    return [node.name for node in model.graph if node.op_type == "Attention" and node.domain in ("", "ai.onnx")]
+
+
+def _drop_initializer_value_info(path: Path) -> None:
+    """``quantize_dynamic`` transposes ``Gemm`` weights, then re-infers shapes and trips over an initializer's stale
+    ``value_info``: drop those entries first."""
+    import onnx
+
+    proto = onnx.load(str(path), load_external_data=False)
+    initializers = {i.name for i in proto.graph.initializer}
+    kept = [info for info in proto.graph.value_info if info.name not in initializers]
+    del proto.graph.value_info[:]
+    proto.graph.value_info.extend(kept)
+    onnx.save(proto, str(path))
+
+
+def _load_in_memory(model: Any) -> None:
+    """Read every external tensor (initializers and ``Constant`` attributes) into memory."""
+    import onnx_ir as ir
+
+    ir.external_data.load_to_model(model)
+    for graph in model.graphs():
+        for node in graph:
+            for name, attribute in node.attributes.items():
+                value = attribute.value
+                if attribute.type == ir.AttributeType.TENSOR and isinstance(value, ir.ExternalTensor):
+                    node.attributes[name] = ir.AttrTensor(name, ir.Tensor(value.numpy(), dtype=value.dtype, name=value.name))
+
+
+class _FeedReader:
+    """The ``CalibrationDataReader`` protocol ``quantize_static`` reads (``get_next``, ``rewind``)."""
+
+    def __init__(self, calibration: CalibrationSet):
+        self.calibration = calibration
+        self._feeds = iter(calibration)
+
+    def get_next(self) -> dict | None:
+        return next(self._feeds, None)
+
+    def rewind(self) -> None:
+        self._feeds = iter(self.calibration)

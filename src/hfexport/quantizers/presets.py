@@ -1,0 +1,154 @@
+"""Named quantization recipes (the CLI's ``--quantize``) and calibration prompts from a JSONL file.
+
+Each recipe picks, for an export format, the quantizer and settings that serve it:
+
+=============  ========================================================================================
+``pt2e-int8``  PT2E int8 on the FX graph: ``X86InductorQuantizer`` (Dynamo, ONNX, OpenVINO), ``XNNPACKQuantizer``
+               (ExecuTorch); embeddings get int8 weight-only (torchao's ``EmbeddingQuantizer``)
+``ort-dynamic`` ONNX Runtime ``quantize_dynamic`` (ONNX only)
+``ort-static``  ONNX Runtime ``quantize_static``, QDQ (ONNX only)
+``nncf-int8``  NNCF ``quantize`` on the converted ONNX / OpenVINO model or the FX graph (Dynamo); ExecuTorch
+               lowers only weight-only results, so it gets NNCF int8 weight compression
+``nncf-int4``  NNCF int4 weight compression (group size 32; int8 for the embeddings and the last layer, NNCF's
+               default backup), on the converted ONNX / OpenVINO model or the FX graph
+=============  ========================================================================================
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+from ..configs import ExportFormat, parse_format
+from .base import ExportQuantizer
+
+__all__ = ["RECIPES", "recipe", "read_prompts", "prompt_samples", "cli_quantizer"]
+
+RECIPES = ("pt2e-int8", "ort-dynamic", "ort-static", "nncf-int8", "nncf-int4")
+
+
+def recipe(name: str, export_format: ExportFormat | str, calibration: Iterable[dict] | None = None) -> ExportQuantizer:
+    """The quantizer recipe ``name`` builds for ``export_format``.
+
+    Raises:
+        ValueError: An unknown recipe, or one that cannot serve ``export_format``.
+
+    Example:
+        >>> recipe("ort-dynamic", "onnx")
+        OnnxRuntimeQuantizer(OnnxRuntimeDynamicConfig(...))
+    """
+    fmt = parse_format(export_format)
+    if name not in RECIPES:
+        raise ValueError(f"unknown quantization recipe {name!r}; choose one of {', '.join(RECIPES)}")
+    if name == "pt2e-int8":
+        quantizer = _pt2e(fmt, calibration)
+    elif name in ("ort-dynamic", "ort-static"):
+        from .onnxruntime import OnnxRuntimeDynamicConfig, OnnxRuntimeQuantizer, OnnxRuntimeStaticConfig
+
+        if name == "ort-dynamic":
+            quantizer = OnnxRuntimeQuantizer(OnnxRuntimeDynamicConfig())
+        else:
+            quantizer = OnnxRuntimeQuantizer(OnnxRuntimeStaticConfig(), calibration_dataset=calibration)
+    else:
+        quantizer = _nncf(name, fmt, calibration)
+    quantizer.validate_environment(fmt)  # an unsupported pair says so now, before the model loads
+    return quantizer
+
+
+def _pt2e(fmt: Any, calibration: Iterable[dict] | None) -> ExportQuantizer:
+    from torchao.quantization.pt2e.quantizer.composable_quantizer import ComposableQuantizer
+    from torchao.quantization.pt2e.quantizer.embedding_quantizer import EmbeddingQuantizer
+
+    from .pt2e import PT2EQuantizer, x86_int8, xnnpack_int8
+
+    base = xnnpack_int8() if fmt == ExportFormat.EXECUTORCH else x86_int8()
+    if fmt in (ExportFormat.DYNAMO, ExportFormat.ONNX):
+        return PT2EQuantizer(ComposableQuantizer([EmbeddingQuantizer(), base.quantizer]), calibration)
+    return PT2EQuantizer(base.quantizer, calibration)
+
+
+def _nncf(name: str, fmt: Any, calibration: Iterable[dict] | None) -> ExportQuantizer:
+    import nncf
+
+    from .nncf import (
+        NNCFOnnxQuantizer,
+        NNCFOpenVINOQuantizer,
+        NNCFQuantizationConfig,
+        NNCFTorchFXQuantizer,
+        NNCFWeightCompressionConfig,
+    )
+
+    cls = {ExportFormat.ONNX: NNCFOnnxQuantizer, ExportFormat.OPENVINO: NNCFOpenVINOQuantizer}.get(
+        fmt, NNCFTorchFXQuantizer
+    )
+    if name == "nncf-int4":
+        config = NNCFWeightCompressionConfig(mode=nncf.CompressWeightsMode.INT4_SYM, group_size=32)
+        return cls(config, calibration_dataset=calibration)
+    if fmt == ExportFormat.EXECUTORCH:
+        return cls(NNCFWeightCompressionConfig(mode=nncf.CompressWeightsMode.INT8_ASYM))
+    return cls(NNCFQuantizationConfig(), calibration_dataset=calibration)
+
+
+def read_prompts(path: str | Path) -> list[str]:
+    """The prompts of a JSONL file: one per line, a JSON string or an object with a ``"text"`` (or ``"prompt"``)
+    field; blank lines are skipped.
+
+    Raises:
+        ValueError: A line that is neither, naming its number.
+    """
+    prompts = []
+    for number, line in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            value = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"{path}:{number}: not JSON ({e.msg})") from None
+        if isinstance(value, dict):
+            value = value.get("text", value.get("prompt"))
+        if not isinstance(value, str):
+            raise ValueError(f'{path}:{number}: expected a JSON string or an object with a "text" field')
+        prompts.append(value)
+    if not prompts:
+        raise ValueError(f"{path}: no prompts")
+    return prompts
+
+
+def prompt_samples(prompts: Iterable[str], tokenizer: Any) -> list[dict[str, Any]]:
+    """One input dict (``input_ids``, ``attention_mask``) per prompt, as calibration samples."""
+    samples = []
+    for prompt in prompts:
+        encoded = tokenizer(prompt, return_tensors="pt")
+        samples.append({k: encoded[k] for k in ("input_ids", "attention_mask") if k in encoded})
+    return samples
+
+
+def cli_quantizer(
+    name: str | None, export_format: str, calibration: str | Path | None
+) -> Callable[[Any], ExportQuantizer] | None:
+    """For the CLI: check the recipe against the format and read the prompts now (before the model loads), and
+    return ``make(tokenizer) -> quantizer`` that calibrates on the tokenized prompts; ``None`` without a recipe."""
+    from ..errors import UnsupportedError
+
+    if name is None:
+        if calibration is not None:
+            raise UnsupportedError("--calibration needs --quantize")
+        return None
+    try:
+        recipe(name, export_format)
+        prompts = read_prompts(calibration) if calibration is not None else None
+    except OSError as e:
+        raise UnsupportedError(f"cannot read --calibration {calibration}: {e}") from e
+    except ValueError as e:
+        raise UnsupportedError(str(e)) from e
+
+    def make(tokenizer: Any) -> ExportQuantizer:
+        if prompts is None:
+            return recipe(name, export_format)
+        if tokenizer is None:
+            raise UnsupportedError("--calibration prompts need the model's tokenizer, and the model folder has none")
+        return recipe(name, export_format, prompt_samples(prompts, tokenizer))
+
+    return make

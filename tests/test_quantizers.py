@@ -1,0 +1,324 @@
+"""Quantizer API: which formats each serves (ValueError before any tracing), package checks, calibration sets,
+library-argument configs, recipes and the CLI's --quantize / --calibration."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+
+import pytest
+import torch
+
+import hfexport
+from hfexport import (
+    CalibrationSet,
+    DynamoConfig,
+    ExecutorchConfig,
+    ExportFormat,
+    ExportQuantizer,
+    MissingPackageError,
+    NNCFOnnxQuantizer,
+    NNCFOpenVINOQuantizer,
+    NNCFQuantizationConfig,
+    NNCFTorchFXQuantizer,
+    NNCFWeightCompressionConfig,
+    OnnxConfig,
+    OnnxRuntimeDynamicConfig,
+    OnnxRuntimeQuantizer,
+    OnnxRuntimeStaticConfig,
+    OpenVINOConfig,
+    PT2EQuantizer,
+)
+from hfexport.models.tiny import TINY_CASES
+from hfexport.quantizers.presets import RECIPES, read_prompts, recipe
+
+CONFIGS = {
+    ExportFormat.DYNAMO: DynamoConfig,
+    ExportFormat.ONNX: OnnxConfig,
+    ExportFormat.EXECUTORCH: ExecutorchConfig,
+    ExportFormat.OPENVINO: OpenVINOConfig,
+}
+
+
+class _AnyAnnotator:
+    """Stands in for a torchao PT2E quantizer: PT2EQuantizer only needs ``annotate`` to be there."""
+
+    def annotate(self, model):
+        return model
+
+    def validate(self, model):
+        pass
+
+
+def _quantizers():
+    return {
+        "PT2EQuantizer": PT2EQuantizer(_AnyAnnotator()),
+        "OnnxRuntimeQuantizer": OnnxRuntimeQuantizer(),
+        "NNCFOpenVINOQuantizer": NNCFOpenVINOQuantizer(),
+        "NNCFOnnxQuantizer": NNCFOnnxQuantizer(),
+        "NNCFTorchFXQuantizer": NNCFTorchFXQuantizer(),
+    }
+
+
+SUPPORTED = {
+    "PT2EQuantizer": set(ExportFormat),
+    "OnnxRuntimeQuantizer": {ExportFormat.ONNX},
+    "NNCFOpenVINOQuantizer": {ExportFormat.OPENVINO},
+    "NNCFOnnxQuantizer": {ExportFormat.ONNX},
+    # nncf.quantize's quantize/dequantize ops do not lower to ExecuTorch (checked separately, weight-only does)
+    "NNCFTorchFXQuantizer": {ExportFormat.DYNAMO, ExportFormat.ONNX, ExportFormat.OPENVINO},
+}
+UNSUPPORTED = [(q, f) for q in SUPPORTED for f in ExportFormat if f not in SUPPORTED[q]]
+
+
+@pytest.fixture
+def no_tracing(monkeypatch):
+    """Fail the test if anything reaches torch.export or generate()."""
+    calls = []
+
+    def refuse(*args, **kwargs):
+        calls.append("trace")
+        raise AssertionError("torch.export.export was called")
+
+    monkeypatch.setattr(torch.export, "export", refuse)
+    return calls
+
+
+@pytest.mark.parametrize("name,fmt", UNSUPPORTED, ids=[f"{q}-{f.value}" for q, f in UNSUPPORTED])
+def test_unsupported_pair_raises_value_error_before_tracing(name, fmt, no_tracing):
+    quantizer = _quantizers()[name]
+    case = TINY_CASES["llama"]
+    model = case.build()
+    config = CONFIGS[fmt](quantizer=quantizer)
+    exporter = hfexport.AutoHfExporter.from_config(config)
+    message = f"{name} cannot quantize a '{fmt.value}' export|{name} with NNCFQuantizationConfig cannot serve"
+    with pytest.raises(ValueError, match=message):
+        exporter.export(model, case.inputs(1, 5), config)
+    # export_for_generation says so before it even runs generate() to capture the components
+    model.generate = lambda *a, **k: pytest.fail("generate() ran before the quantizer was checked")
+    with pytest.raises(ValueError, match=message):
+        exporter.export_for_generation(model, case.inputs(1, 5), config)
+    assert no_tracing == []
+
+
+def test_nncf_fx_quantization_on_executorch_is_refused_weight_compression_is_not():
+    with pytest.raises(ValueError, match="XNNPACK does not delegate"):
+        NNCFTorchFXQuantizer(NNCFQuantizationConfig()).validate_environment("executorch")
+    NNCFTorchFXQuantizer(NNCFWeightCompressionConfig()).validate_environment("executorch")
+
+
+@pytest.mark.parametrize("option", ["gptq", "lora_correction"])
+@pytest.mark.parametrize("cls,fmt", [(NNCFOnnxQuantizer, "onnx"), (NNCFTorchFXQuantizer, "dynamo")])
+def test_openvino_only_compression_options_are_refused_elsewhere(cls, fmt, option):
+    config = NNCFWeightCompressionConfig(mode="int4_sym", **{option: True})
+    with pytest.raises(ValueError, match=f"{option}.*OpenVINO models only"):
+        cls(config).validate_environment(fmt)
+    NNCFOpenVINOQuantizer(config).validate_environment("openvino")
+
+
+def test_supported_formats_are_declared_as_the_spec_says():
+    for name, quantizer in _quantizers().items():
+        served = {f for f in ExportFormat if f in quantizer.supported_formats}
+        expected = SUPPORTED[name] | ({ExportFormat.EXECUTORCH} if name == "NNCFTorchFXQuantizer" else set())
+        assert served == expected, name
+    assert PT2EQuantizer.quantizes_fx_graph and NNCFTorchFXQuantizer.quantizes_fx_graph
+    assert not (OnnxRuntimeQuantizer.quantizes_fx_graph or NNCFOnnxQuantizer.quantizes_fx_graph
+                or NNCFOpenVINOQuantizer.quantizes_fx_graph)
+
+
+class _Needs(ExportQuantizer):
+    supported_formats = (ExportFormat.DYNAMO,)
+
+
+def test_missing_package_names_the_pip_line():
+    class NeedsMissing(_Needs):
+        required_packages = {"surely-not-installed-pkg": ""}
+
+    with pytest.raises(MissingPackageError) as info:
+        NeedsMissing().validate_environment("dynamo")
+    assert info.value.package == "surely-not-installed-pkg"
+    assert "pip install" in str(info.value) and "hfexport[quantization]" in str(info.value)
+
+
+def test_too_old_package_is_missing_with_found_and_minimum():
+    class NeedsFutureTorch(_Needs):
+        required_packages = {"torch": "99.0"}
+
+    with pytest.raises(MissingPackageError, match=r"torch 2\.\d+.* needs >= 99.0") as info:
+        NeedsFutureTorch().validate_environment("dynamo")
+    assert info.value.minimum == "99.0" and info.value.found.startswith("2.")
+
+
+def test_tested_versions_come_from_the_pins():
+    assert NNCFOnnxQuantizer().tested_versions["nncf"] == "3.4.0"
+    assert PT2EQuantizer(_AnyAnnotator()).tested_versions == {"torchao": "0.18.0"}
+
+
+def test_a_pt2e_quantizer_must_be_a_pt2e_annotator():
+    with pytest.raises(TypeError, match="torchao PT2E Quantizer"):
+        PT2EQuantizer(object())
+
+
+# --- calibration ---------------------------------------------------------------------------------------------------
+
+
+def test_calibration_set_is_lazy_and_reiterable():
+    seen = []
+
+    def transform(sample):
+        seen.append(sample["i"])
+        return sample["i"] * 10
+
+    calib = CalibrationSet([{"i": 1}, {"i": 2}], {"i": 0}, transform)
+    assert seen == []  # nothing read yet
+    first = iter(calib)
+    assert next(first) == 10 and seen == [1]  # one sample at a time
+    assert list(calib) == [10, 20] and list(calib) == [10, 20]
+
+
+def test_calibration_set_reads_a_generator_factory_lazily_each_pass():
+    class Samples:
+        passes = 0
+
+        def __iter__(self):
+            Samples.passes += 1
+            yield from ({"x": torch.full((1,), float(i))} for i in range(3))
+
+    calib = CalibrationSet(Samples(), {}, lambda s: float(s["x"]))
+    assert list(calib) == [0.0, 1.0, 2.0] and list(calib) == [0.0, 1.0, 2.0] and Samples.passes == 2
+
+
+def test_calibration_falls_back_to_sample_inputs_with_one_warning():
+    calib = CalibrationSet(None, {"input_ids": torch.ones(1, 3)}, lambda s: s["input_ids"].sum().item())
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert list(calib) == [3.0] and list(calib) == [3.0]
+    assert len([w for w in caught if "calibration_dataset" in str(w.message)]) == 1
+
+
+def test_with_calibration_is_a_copy():
+    quantizer = OnnxRuntimeQuantizer(OnnxRuntimeStaticConfig(per_channel=True))
+    samples = [{"input_ids": torch.ones(1, 2, dtype=torch.long)}]
+    other = quantizer.with_calibration(samples)
+    assert other is not quantizer and other.calibration_dataset is samples and quantizer.calibration_dataset is None
+    assert other.config is quantizer.config and isinstance(other, OnnxRuntimeQuantizer)
+
+
+def test_traced_calibration_keeps_traced_keys_and_copies_caches():
+    from transformers import DynamicCache
+
+    cache = DynamicCache()
+    cache.update(torch.ones(1, 1, 2, 4), torch.ones(1, 1, 2, 4), 0)
+    sample = {"input_ids": torch.ones(1, 1, dtype=torch.long), "past_key_values": cache, "use_cache": True}
+    quantizer = NNCFTorchFXQuantizer(calibration_dataset=[sample])
+    (got,) = list(quantizer.traced_calibration(sample))
+    assert list(got) == ["input_ids", "past_key_values"]  # the output flag is not a traced input
+    got["past_key_values"].update(torch.zeros(1, 1, 1, 4), torch.zeros(1, 1, 1, 4), 0)
+    assert cache.get_seq_length() == 2  # the caller's cache is untouched by a calibration forward
+    bad = NNCFTorchFXQuantizer(calibration_dataset=[{"attention_mask": torch.ones(1, 1)}])
+    with pytest.raises(ValueError, match=r"lacks the traced inputs \['input_ids', 'past_key_values'\]"):
+        list(bad.traced_calibration(sample))
+
+
+def test_flat_feeds_follow_the_graph_inputs_and_dtypes():
+    from transformers import DynamicCache
+
+    from hfexport.quantizers.calibration import flat_feeds
+
+    cache = DynamicCache()
+    cache.update(torch.ones(1, 1, 2, 4), 2 * torch.ones(1, 1, 2, 4), 0)
+    sample = {"input_ids": torch.ones(1, 1, dtype=torch.long), "past_key_values": cache}
+    names = ["input_ids", "input.past_key_values.layers.0.keys", "input.past_key_values.layers.0.values"]
+    feeds = flat_feeds(sample, ["input_ids", "past_key_values"], names, ["int64", "float16", "float32"])
+    assert list(feeds) == names
+    assert feeds[names[1]].dtype.name == "float16" and feeds[names[2]].max() == 2.0
+    with pytest.raises(ValueError, match="flattens to 3 tensors but the converted graph takes 2"):
+        flat_feeds(sample, ["input_ids", "past_key_values"], names[:2], ["int64", "float32"])
+
+
+# --- library arguments -----------------------------------------------------------------------------------------------
+
+
+def test_a_field_left_none_keeps_the_library_default():
+    assert OnnxRuntimeStaticConfig().to_kwargs() == {}
+    assert OnnxRuntimeStaticConfig(per_channel=True).to_kwargs() == {"per_channel": True}
+    assert OnnxRuntimeDynamicConfig(reduce_range=False).to_kwargs() == {"reduce_range": False}
+    assert NNCFWeightCompressionConfig(group_size=64, awq=True).to_kwargs() == {"group_size": 64, "awq": True}
+    assert isinstance(OnnxRuntimeQuantizer().config, OnnxRuntimeStaticConfig)  # static is the default
+    assert isinstance(NNCFOnnxQuantizer().config, NNCFQuantizationConfig)
+
+
+def test_nncf_quantize_defaults_model_type_to_transformer(monkeypatch):
+    import nncf
+
+    seen = {}
+    monkeypatch.setattr(nncf, "quantize", lambda model, dataset, **kw: seen.update(kw, data=list(dataset.get_inference_data())) or model)
+    monkeypatch.setattr(nncf, "compress_weights", lambda model, dataset=None, **kw: seen.update(kw, data=dataset))
+    quantizer = NNCFOpenVINOQuantizer(NNCFQuantizationConfig(subset_size=2), calibration_dataset=[{"x": 1}])
+    quantizer._run("model", CalibrationSet([{"x": 1}, {"x": 2}], {}, lambda s: s["x"]))
+    assert seen == {"model_type": nncf.ModelType.TRANSFORMER, "subset_size": 2, "data": [1, 2]}
+    seen.clear()
+    explicit = NNCFOpenVINOQuantizer(NNCFQuantizationConfig(model_type="other"))
+    explicit._run("model", CalibrationSet([{"x": 1}], {}, lambda s: s["x"]))
+    assert seen["model_type"] == "other"
+    seen.clear()  # int8 weight compression is data-free: NNCF gets no dataset
+    NNCFOpenVINOQuantizer(NNCFWeightCompressionConfig())._run("model", CalibrationSet([{"x": 1}], {}, dict))
+    assert seen == {"data": None}
+    seen.clear()
+    int4 = NNCFWeightCompressionConfig(mode=nncf.CompressWeightsMode.INT4_SYM, awq=True)
+    NNCFOpenVINOQuantizer(int4)._run("model", CalibrationSet([{"x": 1}], {}, lambda s: s["x"]))
+    assert seen["awq"] is True and seen["data"] is not None
+
+
+def test_configs_describe_their_quantizer_in_the_saved_config():
+    config = OnnxConfig(quantizer=OnnxRuntimeQuantizer(OnnxRuntimeDynamicConfig(per_channel=True)))
+    described = json.loads(config.to_json_string())["quantizer"]
+    assert described["type"] == "OnnxRuntimeQuantizer"
+    assert described["config"] == {"type": "OnnxRuntimeDynamicConfig", "per_channel": "True"}
+
+
+# --- recipes and the CLI ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", RECIPES)
+def test_each_recipe_serves_its_formats_and_refuses_the_others(name):
+    serves = {
+        "pt2e-int8": set(ExportFormat),
+        "ort-dynamic": {ExportFormat.ONNX},
+        "ort-static": {ExportFormat.ONNX},
+        "nncf-int8": set(ExportFormat),
+        "nncf-int4": set(ExportFormat),
+    }[name]
+    for fmt in ExportFormat:
+        if fmt in serves:
+            quantizer = recipe(name, fmt)
+            assert fmt in quantizer.supported_formats
+        else:
+            with pytest.raises(ValueError, match="cannot quantize"):
+                recipe(name, fmt)
+    assert isinstance(recipe("nncf-int8", "executorch").config, NNCFWeightCompressionConfig)
+    assert isinstance(recipe("nncf-int8", "openvino"), NNCFOpenVINOQuantizer)
+
+
+def test_read_prompts_takes_strings_and_text_objects(tmp_path):
+    path = tmp_path / "calib.jsonl"
+    path.write_text('"Hello there"\n\n{"text": "The sky is"}\n{"prompt": "Once"}\n', encoding="utf-8")
+    assert read_prompts(path) == ["Hello there", "The sky is", "Once"]
+    path.write_text('"ok"\n{"other": 1}\n', encoding="utf-8")
+    with pytest.raises(ValueError, match=r"calib.jsonl:2: expected a JSON string"):
+        read_prompts(path)
+
+
+def test_cli_refuses_an_unsupported_quantize_format_pair_before_loading(tmp_path):
+    src = str(Path(__file__).resolve().parents[1] / "src")
+    done = subprocess.run(
+        [sys.executable, "-m", "hfexport.cli", "export", str(tmp_path / "no-model"), "--format", "openvino",
+         "--output", str(tmp_path / "out"), "--quantize", "ort-dynamic"],
+        capture_output=True, text=True, env={"PYTHONPATH": src, "PATH": "/usr/bin:/bin"}, timeout=300,
+    )
+    assert done.returncode != 0
+    assert "OnnxRuntimeQuantizer cannot quantize a 'openvino' export" in done.stderr, done.stderr[-2000:]
+    assert "[load]" not in done.stderr  # refused before the model loads
