@@ -6,6 +6,7 @@ import argparse
 import datetime
 import os
 import platform
+import signal
 import sys
 import time
 from pathlib import Path
@@ -13,7 +14,7 @@ from typing import Any
 
 from .discovery import discover
 from .report import write_csv, write_reports
-from .scheduler import BACKENDS, plan, run_matrix
+from .scheduler import BACKENDS, STAGES, plan, run_matrix
 
 __all__ = ["add_matrix_parser", "cmd_matrix"]
 
@@ -23,7 +24,9 @@ def add_matrix_parser(sub: Any) -> None:
     p.add_argument("--backends", nargs="+", default=list(BACKENDS), metavar="BACKEND",
                    help=f"backends to run (default: {' '.join(BACKENDS)})")
     p.add_argument("--families", nargs="+", default=None, metavar="SUBSTRING",
-                   help="keep model types containing one of these substrings")
+                   help="keep model types containing one of these substrings (=NAME: exactly NAME)")
+    p.add_argument("--stages", nargs="+", default=list(STAGES), choices=list(STAGES),
+                   help="export (outputs vs eager) and/or generate (greedy tokens vs eager; generative classes)")
     p.add_argument("--jobs", type=int, default=1, help="cases run at once, each in its own process (default 1)")
     p.add_argument("--timeout", type=float, default=300.0, help="seconds per case (default 300)")
     p.add_argument("--limit", type=int, default=None, help="only the first N architectures (quick runs)")
@@ -36,8 +39,8 @@ def _header(args: argparse.Namespace, n_archs: int, n_all: int, seconds: float, 
     scope = "all" if n_archs == n_all else f"a partial run: {n_archs} of the {n_all}"
     return "\n".join([
         f"Run on {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC: {scope} architectures found in "
-        f"transformers' auto mappings, backends {', '.join(args.backends)}, stages export and generate (generative "
-        f"classes only), {args.jobs} job(s), {args.timeout:g} s timeout per case, {seconds / 60:.1f} min in all.",
+        f"transformers' auto mappings, backends {', '.join(args.backends)}, stages {' and '.join(args.stages)} "
+        f"(generate: generative classes only), {args.jobs} job(s), {args.timeout:g} s timeout per case, {seconds / 60:.1f} min in all.",
         f"Machine: {platform.machine()} {os.cpu_count()} CPU(s), load average at the start "
         f"{load[0]:.2f} / {load[1]:.2f} / {load[2]:.2f} (1/5/15 min); export seconds are wall time on it.",
         f"Command: `{_command(args)}`",
@@ -45,7 +48,7 @@ def _header(args: argparse.Namespace, n_archs: int, n_all: int, seconds: float, 
 
 
 def _command(args: argparse.Namespace) -> str:
-    parts = ["hfexport matrix", "--backends", *args.backends, "--jobs", str(args.jobs), "--timeout", f"{args.timeout:g}"]
+    parts = ["hfexport matrix", "--backends", *args.backends, "--stages", *args.stages, "--jobs", str(args.jobs), "--timeout", f"{args.timeout:g}"]
     if args.families:
         parts += ["--families", *args.families]
     if args.limit is not None:
@@ -53,12 +56,16 @@ def _command(args: argparse.Namespace) -> str:
     return " ".join(parts)
 
 
+def _stop(signum: int, frame: Any) -> None:
+    raise SystemExit(128 + signum)
+
+
 def cmd_matrix(args: argparse.Namespace) -> int:
     everything = discover()
     archs = discover(args.families)
     if args.limit is not None:
         archs = archs[: args.limit]
-    cases = plan(archs, args.backends)
+    cases = plan(archs, args.backends, args.stages)
     print(f"matrix: {len(archs)} architecture(s) x {len(args.backends)} backend(s) = {len(cases)} case(s), "
           f"{args.jobs} job(s), {args.timeout:g} s timeout each", file=sys.stderr, flush=True)
     load = os.getloadavg() if hasattr(os, "getloadavg") else (0.0, 0.0, 0.0)
@@ -74,6 +81,7 @@ def cmd_matrix(args: argparse.Namespace) -> int:
               file=sys.stderr, flush=True)
         write_csv(partial, args.out / "support-matrix.partial.csv")  # survives an interrupted run
 
+    signal.signal(signal.SIGTERM, _stop)  # a killed run stops its workers too (run_matrix's finally)
     rows = run_matrix(cases, jobs=args.jobs, timeout=args.timeout, on_result=progress)
     header = _header(args, len(archs), len(everything), time.perf_counter() - start, load)
     paths = write_reports(rows, args.out, header=header, png=not args.no_png)

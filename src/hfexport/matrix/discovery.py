@@ -62,7 +62,8 @@ def discover(families: list[str] | None = None) -> list[Architecture]:
     """Every ``model_type`` of transformers' auto mappings with the class the matrix tests, sorted by model_type.
 
     Args:
-        families: Keep only model types containing one of these substrings (case-insensitive); all when empty.
+        families: Keep only model types containing one of these substrings (case-insensitive), or equal to one
+            written ``=name``; all when empty.
     """
     chosen: dict[str, Architecture] = {}
     for task, mapping in _mappings():
@@ -72,6 +73,9 @@ def discover(families: list[str] | None = None) -> list[Architecture]:
             name = names if isinstance(names, str) else names[0]
             chosen[model_type] = Architecture(model_type, name, task, task in GENERATIVE_TASKS)
     wanted = [f.lower() for f in families or [] if f]
-    return [
-        chosen[k] for k in sorted(chosen) if not wanted or any(w in k.lower() for w in wanted)
-    ]
+
+    def keep(model_type: str) -> bool:
+        name = model_type.lower()
+        return any(name == w[1:] if w.startswith("=") else w in name for w in wanted)
+
+    return [chosen[k] for k in sorted(chosen) if not wanted or keep(k)]

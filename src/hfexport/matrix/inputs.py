@@ -37,10 +37,15 @@ def _find(config: Any, *names: str) -> Any:
     return None
 
 
+def _vocab(config: Any) -> int:
+    """The vocabulary size: the top-level value first (some ``get_text_config()`` answer a default sub-config)."""
+    text = config.get_text_config(decoder=True) if hasattr(config, "get_text_config") else config
+    return getattr(config, "vocab_size", None) or getattr(text, "vocab_size", None) or _LAST_ID
+
+
 def _text(model: Any, gen: torch.Generator, batch: int, seq: int, params: Any) -> dict[str, torch.Tensor]:
     config = model.config
-    text = config.get_text_config(decoder=True) if hasattr(config, "get_text_config") else config
-    vocab = getattr(text, "vocab_size", None) or getattr(config, "vocab_size", None) or _LAST_ID
+    vocab = _vocab(config)
     ids = torch.randint(_FIRST_ID, max(_FIRST_ID + 1, min(vocab, _LAST_ID)), (batch, seq), generator=gen)
     mask = torch.ones(batch, seq, dtype=torch.long)
     if batch >= 2:
@@ -56,8 +61,7 @@ def _decoder_ids(model: Any, gen: torch.Generator, batch: int, seq: int) -> torc
     if start is None:
         start = getattr(model.config, "decoder_start_token_id", None)
     ids = torch.randint(_FIRST_ID, _LAST_ID, (batch, max(1, (seq + 1) // 2)), generator=gen)
-    vocab = getattr(model.config.get_text_config(decoder=True), "vocab_size", None) or _LAST_ID
-    ids = ids % vocab
+    ids = ids % _vocab(model.config)
     ids[:, 0] = start if isinstance(start, int) else _PAD
     return ids
 

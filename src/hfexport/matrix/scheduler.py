@@ -8,6 +8,7 @@ architecture and stage, and ``unavailable`` for a backend.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -47,10 +48,10 @@ class Case:
         return row
 
 
-def plan(archs: Iterable[Architecture], backends: Iterable[str]) -> list[Case]:
+def plan(archs: Iterable[Architecture], backends: Iterable[str], stages: Iterable[str] = STAGES) -> list[Case]:
     """Every (architecture, backend, stage) case, grouped by architecture; ``generate`` only where generative."""
-    backends = list(backends)
-    return [Case(a, b, s) for a in archs for b in backends for s in STAGES if s == "export" or a.generative]
+    backends, stages = list(backends), [s for s in STAGES if s in set(stages)]
+    return [Case(a, b, s) for a in archs for b in backends for s in stages if s == "export" or a.generative]
 
 
 def _env(jobs: int) -> dict[str, str]:
@@ -62,17 +63,28 @@ def _env(jobs: int) -> dict[str, str]:
     return env
 
 
+_live: set[subprocess.Popen] = set()  # workers running now, killed if the scheduler itself is stopped
+
+
+def _kill(proc: subprocess.Popen) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)  # the worker's own session: it and anything it started
+
+
 def _run_one(case: Case, timeout: float, env: dict[str, str]) -> dict[str, Any]:
     cmd = [sys.executable, "-m", "hfexport.matrix.worker", *case.argv()]
     start = time.perf_counter()
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
                             start_new_session=True)
+    _live.add(proc)
     try:
         out, err = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)  # the worker's own session: it and anything it started
+        _kill(proc)
         proc.communicate()
         return case.row(status="timeout", reason=f"no result within {timeout:g} s")
+    finally:
+        _live.discard(proc)
     wall = round(time.perf_counter() - start, 2)
     for line in reversed(out.splitlines()):
         if line.startswith("{"):
@@ -96,9 +108,10 @@ def run_matrix(cases: list[Case], jobs: int = 1, timeout: float = 300,
     known: dict[tuple[str, str], dict[str, Any]] = {}  # ("arch", model_type) / ("backend", name) -> shared row
     rows: list[dict[str, Any] | None] = [None] * len(cases)
     done = 0
+    stopping = False
 
     def work(i: int) -> None:
-        nonlocal done
+        nonlocal done, stopping
         case = cases[i]
         with lock:
             shared = (known.get(("arch", case.arch.model_type)) or known.get(("backend", case.backend))
@@ -108,6 +121,8 @@ def run_matrix(cases: list[Case], jobs: int = 1, timeout: float = 300,
         else:
             row = _run_one(case, timeout, env)
         with lock:
+            if stopping:  # killed by the finally below: not a result of the case
+                return
             if row["status"] == "cannot-build":
                 known[("arch", case.arch.model_type)] = row
             elif row["status"] == "eager-fails":  # the same inputs fail eagerly whatever the backend
@@ -119,6 +134,13 @@ def run_matrix(cases: list[Case], jobs: int = 1, timeout: float = 300,
             if on_result is not None:
                 on_result(row, done, len(cases))
 
-    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+    pool = ThreadPoolExecutor(max_workers=max(1, jobs))
+    try:
         list(pool.map(work, range(len(cases))))
+    finally:  # interrupted (Ctrl-C, SIGTERM): no orphan worker keeps running
+        with lock:
+            stopping = True
+        pool.shutdown(wait=False, cancel_futures=True)
+        for proc in list(_live):
+            _kill(proc)
     return [r for r in rows if r is not None]

@@ -66,7 +66,8 @@ _TOKEN_LISTS = ("suppress_tokens", "begin_suppress_tokens", "forced_decoder_ids"
 OVERRIDES: dict[str, dict[str, Any]] = {
     "gemma3_text": {"sliding_window": 8, "query_pre_attn_scalar": HEAD_DIM},
     "mamba": {"tie_word_embeddings": False},
-    "whisper": {"init_std": 0.2, "tie_word_embeddings": False, "decoder_start_token_id": 3},
+    "whisper": {"init_std": 0.2, "tie_word_embeddings": False, "decoder_start_token_id": 3, "pad_token_id": 0,
+                "bos_token_id": 1, "eos_token_id": 2},  # Whisper's own ids are one id for all three
     "t5": {"relative_attention_num_buckets": 8, "relative_attention_max_distance": 32},
 }
 # model_type -> hfexport.models.tiny case used instead of the generic rules
@@ -179,8 +180,9 @@ def build_model(model_type: str, class_name: str) -> Any:
         model = cls._from_config(config, attn_implementation=attn, dtype=torch.float32)
     model.eval()
     if model.can_generate():
+        # the top-level value first: Whisper's get_text_config() answers a decoder config with default ids
         text = config.get_text_config(decoder=True) if hasattr(config, "get_text_config") else config
-        ids = {k: getattr(text, k, None) if getattr(text, k, None) is not None else getattr(config, k, None)
+        ids = {k: getattr(config, k, None) if getattr(config, k, None) is not None else getattr(text, k, None)
                for k in ("pad_token_id", "bos_token_id", "eos_token_id", "decoder_start_token_id")}
         model.generation_config = GenerationConfig(do_sample=False, **{k: v for k, v in ids.items() if v is not None})
     return model

@@ -1,0 +1,144 @@
+"""The support matrix: discovery from transformers' auto mappings, config shrinking, one process per case with a
+timeout, and the CSV / Markdown / PNG reports (numbers computed by the worker against eager PyTorch)."""
+
+from __future__ import annotations
+
+import csv
+
+import pytest
+
+from hfexport.cli import main
+from hfexport.matrix import Case, discover, run_matrix
+from hfexport.matrix.inputs import sample_inputs
+from hfexport.matrix.report import coverage, write_markdown
+from hfexport.matrix.shrink import build_model, tiny_config
+from hfexport.matrix.worker import UNAVAILABLE, run_case
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.fixture(scope="module")
+def archs():
+    return {a.model_type: a for a in discover()}
+
+
+@pytest.mark.parametrize("model_type,class_name,task,generative", [
+    ("llama", "LlamaForCausalLM", "text-generation", True),
+    ("mamba", "MambaForCausalLM", "text-generation", True),
+    ("bert", "BertForMaskedLM", "fill-mask", False),
+    ("t5", "T5ForConditionalGeneration", "text2text-generation", True),
+    ("vit", "ViTForImageClassification", "image-classification", False),
+    ("whisper", "WhisperForConditionalGeneration", "automatic-speech-recognition", True),
+    ("qwen2_vl", "Qwen2VLForConditionalGeneration", "image-text-to-text", True),
+    ("clip", "CLIPForImageClassification", "image-classification", False),
+    ("dinov3_vit", "DINOv3ViTModel", "feature-extraction", False),
+])
+def test_discovery_picks_the_class_of_the_most_demanding_task(archs, model_type, class_name, task, generative):
+    arch = archs[model_type]
+    assert (arch.class_name, arch.task, arch.generative) == (class_name, task, generative)
+
+
+def test_discovery_covers_hundreds_of_architectures_and_filters_by_substring_or_exact_name(archs):
+    assert len(archs) > 400
+    assert [a.model_type for a in discover(["=llama"])] == ["llama"]
+    fuzzy = {a.model_type for a in discover(["llama"])}
+    assert {"llama", "llama4", "diffllama"} <= fuzzy and "mistral" not in fuzzy
+
+
+def test_shrunk_configs_are_tiny_and_renumber_special_tokens():
+    llama = tiny_config("llama")
+    assert (llama.hidden_size, llama.num_hidden_layers, llama.num_attention_heads, llama.vocab_size) == (64, 2, 4, 256)
+    gpt2 = tiny_config("gpt2")  # default eos/bos 50256 lie outside a 256-token vocabulary
+    assert gpt2.n_embd == 64 and gpt2.n_layer == 2 and gpt2.eos_token_id < 256 and gpt2.bos_token_id < 256
+    whisper = tiny_config("whisper")
+    assert (whisper.d_model, whisper.encoder_layers, whisper.num_mel_bins, whisper.max_source_positions) == (64, 2, 8, 16)
+    llava_next = tiny_config("llava_next")  # sub-configs shrink too; the image placeholder id moves into the vocab
+    assert llava_next.text_config.hidden_size == 64 and llava_next.text_config.num_hidden_layers == 2
+    assert llava_next.vision_config.hidden_size == 64 and llava_next.vision_config.image_size == 32
+    assert 248 <= llava_next.image_token_id < 256
+
+
+def test_a_shrunk_model_builds_small_deterministic_and_runs_on_its_sample_inputs():
+    import torch
+
+    model = build_model("whisper", "WhisperForConditionalGeneration")
+    again = build_model("whisper", "WhisperForConditionalGeneration")
+    assert sum(p.numel() for p in model.parameters()) < 1_000_000
+    assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), again.state_dict().values()))
+    inputs = sample_inputs(model, "whisper")
+    assert inputs["input_features"].shape == (2, 8, 32)  # Whisper needs 2 * max_source_positions frames
+    assert int(inputs["decoder_input_ids"][0, 0]) == model.config.decoder_start_token_id
+    with torch.no_grad():
+        logits = model(**inputs).logits
+    assert logits.shape[:2] == inputs["decoder_input_ids"].shape and logits.shape[-1] == 256
+
+
+def test_a_missing_backend_module_is_reported_as_unavailable_not_a_crash(monkeypatch):
+    from hfexport import registry
+    from hfexport.configs import ExportFormat
+
+    monkeypatch.setitem(registry._BUILTIN, ExportFormat.OPENVINO, (
+        "hfexport.backends.not_shipped.exporter:X", "hfexport.backends.not_shipped.runner:Y"))
+    monkeypatch.setattr(registry, "_exporters", {})
+    row = run_case("llama", "LlamaForCausalLM", "text-generation", "openvino", "export")
+    assert (row["status"], row["reason"]) == ("unavailable", UNAVAILABLE)
+
+
+def test_a_class_that_cannot_be_built_is_cannot_build_with_the_reason():
+    row = run_case("llama", "LlamaForNothingAtAll", "text-generation", "dynamo", "export")
+    assert row["status"] == "cannot-build" and "LlamaForNothingAtAll" in row["reason"]
+
+
+def test_coverage_leaves_cannot_build_out_of_the_denominator_only():
+    rows = [{"model_type": m, "class_name": "", "task": "", "backend": "dynamo", "stage": "export", "status": s,
+             "max_abs_diff": None, "export_seconds": None, "reason": ""}
+            for m, s in [("a", "pass"), ("b", "fail"), ("c", "cannot-build"), ("d", "eager-fails"), ("e", "pass")]]
+    cov = coverage(rows)[("dynamo", "export")]
+    assert (cov["pass"], cov["counted"], cov["percent"]) == (2, 4, 50.0)
+
+
+def test_a_case_past_its_timeout_is_killed_and_reported(archs):
+    [row] = run_matrix([Case(archs["llama"], "dynamo", "generate")], timeout=1)
+    assert row["status"] == "timeout" and row["reason"] == "no result within 1 s"
+
+
+@pytest.fixture(scope="module")
+def two_case_run(tmp_path_factory):
+    """``hfexport matrix`` on tiny Llama: Dynamo export (real parity vs eager) and a backend name that does not exist."""
+    out = tmp_path_factory.mktemp("matrix")
+    code = main(["matrix", "--backends", "dynamo", "no-such-backend", "--families", "=llama", "--stages", "export",
+                 "--timeout", "240", "--out", str(out)])
+    return code, out
+
+
+def test_the_cli_run_writes_csv_rows_with_real_parity_and_failure_reasons(two_case_run):
+    code, out = two_case_run
+    assert code == 0  # failures are data
+    with (out / "support-matrix.csv").open() as f:
+        rows = {r["backend"]: r for r in csv.DictReader(f)}
+    assert set(rows) == {"dynamo", "no-such-backend"}
+    ok = rows["dynamo"]
+    assert (ok["model_type"], ok["class_name"], ok["stage"], ok["status"]) == (
+        "llama", "LlamaForCausalLM", "export", "pass")
+    assert 0.0 <= float(ok["max_abs_diff"]) <= 1e-4 and float(ok["export_seconds"]) > 0
+    bad = rows["no-such-backend"]
+    assert bad["status"] == "fail" and bad["reason"].startswith("ConfigError") and "no-such-backend" in bad["reason"]
+    assert not (out / "support-matrix.partial.csv").exists()
+
+
+def test_the_cli_run_writes_markdown_with_coverage_and_a_png_heat_map(two_case_run):
+    _, out = two_case_run
+    md = (out / "support-matrix.md").read_text()
+    assert "| dynamo | export | 1 | 1 | 0 | 100.0 % |" in md
+    assert "| no-such-backend | export | 0 | 1 | 0 | 0.0 % |" in md
+    assert "1 of the" in md and "--backends dynamo no-such-backend" in md  # says it was a partial run, and how
+    png = (out / "support-matrix.png").read_bytes()
+    assert png[:8] == PNG_MAGIC and len(png) > 1000
+
+
+def test_markdown_says_when_a_backend_is_not_in_this_release(tmp_path):
+    rows = [{"model_type": "llama", "class_name": "LlamaForCausalLM", "task": "text-generation", "backend": "openvino",
+             "stage": "export", "status": "unavailable", "max_abs_diff": None, "export_seconds": None,
+             "reason": UNAVAILABLE}]
+    text = write_markdown(rows, tmp_path / "m.md").read_text()
+    assert "| openvino | export | 0 | 1 | 0 | n/a (backend not available in this release) |" in text
