@@ -36,7 +36,12 @@ def convert(program: torch.export.ExportedProgram) -> Any:
 
 
 def name_ports(model: Any, metadata: ExportMetadata) -> Any:
-    """Name the ports of a converted ``model`` from ``metadata`` (in place); returns it."""
+    """Name the ports of a converted ``model`` from ``metadata`` (in place); returns it.
+
+    A user input the program kept as a placeholder without a tensor (an ``attention_mask=None``) became a parameter
+    of no type: it is removed (the signature has no entry for it).
+    """
+    _drop_non_tensor_inputs(model, metadata)
     params, results = model.get_parameters(), model.get_results()
     names_in, names_out = input_names(metadata), output_names(metadata)
     if len(params) != len(names_in) or len(results) != len(names_out):
@@ -64,6 +69,18 @@ def name_ports(model: Any, metadata: ExportMetadata) -> Any:
         result.output(0).get_tensor().set_names({name})  # a Result holds its own names (OpenVINO >= 2025)
     model.validate_nodes_and_infer_types()
     return model
+
+
+def _drop_non_tensor_inputs(model: Any, metadata: ExportMetadata) -> None:
+    import openvino as ov
+
+    if len(model.get_parameters()) <= len(metadata.inputs):
+        return
+    for param in model.get_parameters():
+        # the frontend runs program.module(), whose signature still has the None input: a parameter of no type
+        # that nothing reads
+        if param.get_element_type() == ov.Type.dynamic and not param.output(0).get_target_inputs():
+            model.remove_parameter(param)
 
 
 def _identity(source: Any) -> Any:
