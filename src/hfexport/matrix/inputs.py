@@ -4,8 +4,9 @@ Text: ``input_ids`` ``[2, seq]`` with row 0 left-padded by two positions and its
 models also get ``decoder_input_ids`` starting with their decoder start token (not for generation, which starts
 the decoder itself). Images: ``pixel_values`` ``[2, channels, size, size]`` at the config's image size. Audio:
 ``input_features`` ``[2, mel_bins, 2 * max_source_positions]`` (Whisper layout) or ``[2, frames, features]``, and
-raw ``input_values`` ``[2, 1600]``. Image-text-to-text models get text-only inputs unless the family has a
-hand-written tiny case (:data:`hfexport.matrix.shrink.FROM_TINY_CASES`), whose inputs place image tokens.
+raw ``input_values`` ``[2, 1600]``. Image-text-to-text models get one image per row with as many image tokens as their
+vision tower makes features, where pixels and an image-token id are all they need (else text only); families
+with a hand-written tiny case (:data:`hfexport.matrix.shrink.FROM_TINY_CASES`) use its inputs.
 """
 
 from __future__ import annotations
@@ -85,6 +86,47 @@ def _features(model: Any, gen: torch.Generator, batch: int) -> torch.Tensor:
     return torch.randn(batch, 32, feat, generator=gen)
 
 
+def _feature_count(features: Any) -> int:
+    if isinstance(features, torch.Tensor):
+        return features.numel()
+    if hasattr(features, "pooler_output") and isinstance(features.pooler_output, (torch.Tensor, list, tuple)):
+        return _feature_count(features.pooler_output)
+    if isinstance(features, (list, tuple)):
+        return sum(_feature_count(f) for f in features if isinstance(f, (torch.Tensor, list, tuple)))
+    raise TypeError(f"image features of type {type(features).__name__}")
+
+
+def _with_image(model: Any, gen: torch.Generator, batch: int, text: dict[str, torch.Tensor]) -> dict[str, Any]:
+    """One image per row: ``pixel_values`` and as many image tokens as the vision tower makes features, right
+    after each row's left padding. Falls back to the text alone (``{}``) when the model needs more than that
+    (image sizes, grids) or takes no plain image-token id: the eager forward decides."""
+    config = model.config
+    token = getattr(config, "image_token_id", None)
+    token = getattr(config, "image_token_index", None) if token is None else token
+    if not isinstance(token, int) or not hasattr(model, "get_image_features"):
+        return {}
+    pixels = _pixels(model, gen, batch)
+    hidden = config.get_text_config(decoder=True).hidden_size
+    try:
+        with torch.no_grad():
+            per_image = _feature_count(model.get_image_features(pixel_values=pixels)) // (batch * hidden)
+        ids, mask = text["input_ids"], text.get("attention_mask", torch.ones_like(text["input_ids"]))
+        rows, masks = [], []
+        for row, row_mask in zip(ids, mask, strict=True):
+            n_pad = int((row_mask == 0).sum())
+            block = torch.full((per_image,), token, dtype=row.dtype)
+            rows.append(torch.cat([row[:n_pad], block, row[n_pad:]]))
+            masks.append(torch.cat([row_mask[:n_pad], torch.ones(per_image, dtype=row_mask.dtype), row_mask[n_pad:]]))
+        candidate = {"input_ids": torch.stack(rows), "pixel_values": pixels}
+        if "attention_mask" in text:
+            candidate["attention_mask"] = torch.stack(masks)
+        with torch.no_grad():
+            model(**candidate)
+    except Exception:  # noqa: BLE001 - this family needs more than pixels + tokens: text only
+        return {}
+    return candidate
+
+
 def sample_inputs(model: Any, model_type: str, batch: int = 2, seq: int = 6,
                   for_generation: bool = False) -> dict[str, torch.Tensor]:
     """Forward (or ``generate``) kwargs for ``model``, seeded by ``(batch, seq)``.
@@ -110,7 +152,9 @@ def sample_inputs(model: Any, model_type: str, batch: int = 2, seq: int = 6,
         out = {"input_values": torch.randn(batch, 1600, generator=gen)}
     else:
         raise NoInputRecipe(f"no sample-input recipe for the main input {main!r}")
-    if main == "input_ids" and "pixel_values" in params and not model.can_generate():  # CLIP-like dual encoders
+    if main == "input_ids" and "pixel_values" in params and model.can_generate():  # image-text-to-text
+        out.update(_with_image(model, gen, batch, out))
+    elif main == "input_ids" and "pixel_values" in params and not model.can_generate():  # CLIP-like dual encoders
         out["pixel_values"] = _pixels(model, gen, batch)
     elif main == "pixel_values" and "input_ids" in params and not model.can_generate():
         out.update(_text(model, gen, batch, seq, params))

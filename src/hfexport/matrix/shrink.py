@@ -68,6 +68,7 @@ OVERRIDES: dict[str, dict[str, Any]] = {
     "mamba": {"tie_word_embeddings": False},
     "whisper": {"init_std": 0.2, "tie_word_embeddings": False, "decoder_start_token_id": 3, "pad_token_id": 0,
                 "bos_token_id": 1, "eos_token_id": 2},  # Whisper's own ids are one id for all three
+    "gemma3": {"mm_tokens_per_image": 4},  # 16 patches of 32-pixel images pooled 2 x 2
     "t5": {"relative_attention_num_buckets": 8, "relative_attention_max_distance": 32},
 }
 # model_type -> hfexport.models.tiny case used instead of the generic rules
@@ -119,6 +120,9 @@ def _shrunk(values: dict[str, Any], layers_before: int | None) -> dict[str, Any]
                 out[key] = _SET[key]
         elif key in _CAP and isinstance(value, int) and value > _CAP[key]:
             out[key] = _CAP[key]
+        elif key in _CAP and isinstance(value, list) and value and all(isinstance(v, int) for v in value):
+            if any(v > _CAP[key] for v in value):  # [height, width]
+                out[key] = [min(v, _CAP[key]) for v in value]
         elif isinstance(value, list) and layers_before and len(value) == layers_before and layers_before > LAYERS:
             out[key] = value[:LAYERS]
     rope = values.get("rope_parameters") or values.get("rope_scaling")

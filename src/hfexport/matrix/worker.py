@@ -32,7 +32,7 @@ UNAVAILABLE = "backend not available in this release"
 
 
 def reason_of(exc: BaseException) -> str:
-    """``Type: first line [component X] (modeling_x.py:123)``, one line, at most 300 characters."""
+    """``Type: first line [component X] (models/x/modeling_x.py:123)``, one line, at most 300 characters."""
     lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
     first = lines[0] if lines else ""
     if first.endswith(":") and len(lines) > 1:  # "invalid X (1 problem(s)):" says nothing without its first item
@@ -41,9 +41,12 @@ def reason_of(exc: BaseException) -> str:
     component = getattr(exc, "component", None)
     if component and f"{component!r}" not in text:
         text += f" [component {component}]"
-    frames = [f for f in traceback.extract_tb(exc.__traceback__) if "/transformers/models/" in f.filename]
-    if frames:
-        text += f" ({frames[-1].filename.rsplit('/', 1)[-1]}:{frames[-1].lineno})"
+    frames = [f for f in traceback.extract_tb(exc.__traceback__)
+              if ("/transformers/" in f.filename or "/hfexport/" in f.filename) and "/hfexport/matrix/" not in f.filename]
+    if frames:  # the innermost line of transformers or hfexport: where to look first
+        where = frames[-1].filename.replace("\\", "/")
+        where = where.split("/hfexport/")[-1] if "/hfexport/" in where else where.split("/transformers/")[-1]
+        text += f" ({where}:{frames[-1].lineno})"
     return text[:300]
 
 
