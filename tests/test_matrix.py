@@ -73,6 +73,19 @@ def test_a_shrunk_model_builds_small_deterministic_and_runs_on_its_sample_inputs
     assert logits.shape[:2] == inputs["decoder_input_ids"].shape and logits.shape[-1] == 256
 
 
+def test_image_text_models_get_one_image_and_as_many_placeholder_tokens_as_image_features():
+    import torch
+
+    model = build_model("paligemma", "PaliGemmaForConditionalGeneration")
+    inputs = sample_inputs(model, "paligemma")
+    assert inputs["pixel_values"].shape == (2, 3, 32, 32)
+    per_row = (inputs["input_ids"] == model.config.image_token_id).sum(-1)
+    assert per_row.tolist() == [16, 16]  # (32 / 8) ** 2 patches of the shrunk SigLIP tower, one token each
+    assert inputs["attention_mask"].shape == inputs["input_ids"].shape == (2, 6 + 16)
+    with torch.no_grad():
+        assert model(**inputs).logits.shape == (2, 22, 256)
+
+
 def test_a_missing_backend_module_is_reported_as_unavailable_not_a_crash(monkeypatch):
     from hfexport import registry
     from hfexport.configs import ExportFormat
@@ -107,7 +120,7 @@ def two_case_run(tmp_path_factory):
     """``hfexport matrix`` on tiny Llama: Dynamo export (real parity vs eager) and a backend name that does not exist."""
     out = tmp_path_factory.mktemp("matrix")
     code = main(["matrix", "--backends", "dynamo", "no-such-backend", "--families", "=llama", "--stages", "export",
-                 "--timeout", "240", "--out", str(out)])
+                 "--timeout", "240", "--jobs", "2", "--out", str(out)])
     return code, out
 
 
