@@ -20,7 +20,8 @@ from .runner import torch_dtype
 __all__ = ["generate"]
 
 _GEN_KEYS = ("max_new_tokens", "eos_token_id", "pad_token_id", "do_sample", "temperature", "top_k", "top_p",
-             "decoder_start_token_id", "min_new_tokens")
+             "decoder_start_token_id", "min_new_tokens", "num_beams", "num_return_sequences", "length_penalty",
+             "early_stopping")
 
 
 def _generation_config(exported: Any, kwargs: dict) -> Any:
@@ -36,8 +37,6 @@ def _generation_config(exported: Any, kwargs: dict) -> Any:
         setattr(gen, key, value)
     if gen.max_new_tokens is None:
         gen.max_new_tokens = 20
-    if getattr(gen, "num_beams", 1) not in (None, 1):
-        raise UnsupportedError("beam search is not supported by ExportedModel.generate on this backend; use num_beams=1")
     return gen
 
 
@@ -196,6 +195,10 @@ def generate(exported: Any, **kwargs: Any) -> torch.Tensor:
     """
     streamer = kwargs.pop("streamer", None)
     gen = _generation_config(exported, kwargs)
+    if getattr(gen, "num_beams", 1) not in (None, 1):
+        from .generation_beam import generate_beam  # refuses, naming the backend, where the cache cannot be reordered
+
+        return generate_beam(exported, gen, streamer, kwargs)
     if "encoder" in exported.components:
         return _generate_encoder_decoder(exported, gen, streamer, kwargs)
     if "language_model" in exported.components:

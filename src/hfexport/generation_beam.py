@@ -1,0 +1,143 @@
+"""Beam search for ``ExportedModel.generate(num_beams=...)`` over the exported prefill and decode components.
+
+It follows transformers' vectorised beam search (``GenerationMixin._beam_search``, transformers 5.x) step for step:
+the prompt is expanded to ``batch * num_beams`` rows, each step keeps the top ``max(2, 1 + n_eos) * num_beams``
+continuations of every batch item, the best ``num_beams`` unfinished ones continue, finished ones enter the
+hypotheses with the length penalty, and the same early-stop heuristic ends the loop. Between steps the cache rows
+are reordered to follow their beams: a stateful runner (OpenVINO) is told the new order (``runner.reorder``, applied
+in-graph through ``beam_idx``); a cache handed back as tensors is reordered in place.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from .capture.caches import tensor_leaves
+from .errors import UnsupportedError
+
+__all__ = ["generate_beam"]
+
+# backends whose runners hand back the cache as tensors or reorder their own state; others are refused by name
+_REORDERABLE = ("dynamo", "onnx", "openvino")
+
+
+def _gather(tensor: torch.Tensor, indices: torch.Tensor) -> torch.Tensor:
+    while indices.dim() < tensor.dim():
+        indices = indices.unsqueeze(-1)
+    return torch.take_along_dim(tensor, indices, dim=1)
+
+
+def _reorder(runner: Any, cache: Any, beam_idx: torch.Tensor) -> None:
+    if getattr(runner, "stateful", False):
+        runner.reorder(beam_idx)
+        return
+    for leaf in tensor_leaves(cache) if cache is not None else ():
+        if leaf.dim() > 0 and leaf.shape[0] == beam_idx.shape[0]:
+            leaf.copy_(leaf.index_select(0, beam_idx))
+
+
+def _check(exported: Any, gen: Any, streamer: Any) -> None:
+    fmt = str(getattr(exported.export_format, "value", exported.export_format))
+    if fmt not in _REORDERABLE:
+        raise UnsupportedError(
+            f"beam search is not supported by ExportedModel.generate on the {fmt} backend: its runner cannot reorder "
+            "the cache between steps; use num_beams=1"
+        )
+    if "encoder" in exported.components or "language_model" in exported.components:
+        raise UnsupportedError("beam search runs on decoder-only exports (prefill + decode); use num_beams=1")
+    if "prefill" not in exported.components or "decode" not in exported.components:
+        raise UnsupportedError(f"beam search needs the components of export_for_generation, got {list(exported.components)}")
+    if gen.do_sample or streamer is not None or (gen.num_return_sequences or 1) > gen.num_beams:
+        raise UnsupportedError("beam search here is greedy (do_sample=False), without a streamer, and returns at most "
+                               "num_beams sequences")
+
+
+def generate_beam(exported: Any, gen: Any, streamer: Any, inputs: dict) -> torch.Tensor:
+    """Beam search; returns ``[batch * num_return_sequences, length]`` token ids as ``model.generate`` does."""
+    from .generation import TextState, _Component
+
+    _check(exported, gen, streamer)
+    prefill, decode = _Component(exported, "prefill"), _Component(exported, "decode")
+    beams, returned = int(gen.num_beams), int(gen.num_return_sequences or 1)
+    input_ids = inputs.pop("input_ids")
+    mask2d = inputs.pop("attention_mask", None)
+    mask2d = torch.ones_like(input_ids) if mask2d is None else mask2d.long()
+    batch, prompt_len = input_ids.shape
+    input_ids, mask2d = input_ids.repeat_interleave(beams, 0), mask2d.repeat_interleave(beams, 0)
+    extra = {k: v.repeat_interleave(beams, 0) if isinstance(v, torch.Tensor) else v for k, v in inputs.items()}
+    max_length = prompt_len + gen.max_new_tokens
+    window = getattr(exported.config, "sliding_window", None) if exported.config is not None else None
+    text = TextState(mask2d, gen.max_new_tokens, decode.cache_capacity(), window)
+    out = prefill.runner(**extra, input_ids=input_ids,
+                         **text.kwargs(prefill, 0, prompt_len, prefill.initial_cache(batch * beams)))
+
+    eos = gen.eos_token_id
+    eos = torch.tensor(eos if isinstance(eos, list) else [eos], dtype=torch.long) if eos is not None else None
+    pad = gen.pad_token_id
+    fill = (pad if pad else int(eos[0])) if eos is not None else -1  # as transformers fills unused positions
+    keep = max(2, 1 + (eos.numel() if eos is not None else 0)) * beams
+    top_mask = torch.cat([torch.ones(beams, dtype=torch.bool), torch.zeros(keep - beams, dtype=torch.bool)])
+    running = torch.full((batch, beams, max_length), fill, dtype=torch.long)
+    running[:, :, :prompt_len] = input_ids.view(batch, beams, prompt_len)
+    sequences = running.clone()
+    running_scores = torch.zeros(batch, beams)
+    running_scores[:, 1:] = -1e9
+    scores = torch.full((batch, beams), -1e9)
+    finished = torch.zeros(batch, beams, dtype=torch.bool)
+    improvable = torch.ones(batch, 1, dtype=torch.bool)
+    running_idx = torch.full((batch, beams, max_length - prompt_len), -1, dtype=torch.int32)
+    beam_indices = running_idx.clone()
+    penalty = 1.0 if gen.length_penalty is None else gen.length_penalty  # transformers' defaults
+    early = False if gen.early_stopping is None else gen.early_stopping
+    offset = torch.arange(batch).view(-1, 1) * beams
+    cur_len = prompt_len
+    while True:
+        log_probs = torch.log_softmax(out.logits[:, -1, :].float(), dim=-1)
+        vocab = log_probs.shape[-1]
+        log_probs = (log_probs.view(batch, beams, vocab) + running_scores[:, :, None]).view(batch, -1)
+        top_scores, top_indices = torch.topk(log_probs, k=keep)
+        from_beam = top_indices // vocab
+        top_idx = _gather(running_idx, from_beam)
+        top_seq = _gather(running, from_beam)
+        top_seq[:, :, cur_len] = top_indices % vocab
+        top_idx[:, :, cur_len - prompt_len] = (from_beam + offset).to(torch.int32)
+        hits = torch.full((batch, keep), cur_len + 1 >= max_length)
+        if eos is not None:
+            hits |= torch.isin(top_seq[:, :, cur_len], eos)
+        # the best unfinished continuations run on
+        live = top_scores + hits.float() * -1.0e9
+        pick = torch.topk(live, k=beams)[1]
+        running, running_scores, running_idx = _gather(top_seq, pick), _gather(live, pick), _gather(top_idx, pick)
+        # finished ones among the top num_beams enter the hypotheses
+        just = hits & top_mask[None, :]
+        final = top_scores / ((cur_len + 1 - prompt_len) ** penalty)
+        final = final + (torch.all(finished, -1, keepdim=True) & (early is True)).float() * -1.0e9
+        final = final + (~improvable).float() * -1.0e9 + (~just) * -1.0e9
+        merged = torch.topk(torch.cat([scores, final], 1), k=beams)[1]
+        sequences = _gather(torch.cat([sequences, top_seq], 1), merged)
+        scores = _gather(torch.cat([scores, final], 1), merged)
+        beam_indices = _gather(torch.cat([beam_indices, top_idx], 1), merged)
+        finished = _gather(torch.cat([finished, just], 1), merged)
+        cur_len += 1
+        if early == "never" and penalty > 0.0:
+            best_len = max_length - prompt_len
+        else:
+            best_len = cur_len - prompt_len
+        best_running = running_scores[:, :1] / (best_len ** penalty)
+        worst_final = torch.where(finished, scores.min(dim=1, keepdim=True)[0], -1.0e9)
+        improvable = improvable & torch.any(best_running > worst_final, dim=-1, keepdim=True)
+        open_beam = not (bool(finished.all()) and early is True)
+        if not (bool(improvable.any()) and open_beam and not bool(hits.all())):
+            break
+        order = running_idx[..., cur_len - 1 - prompt_len].reshape(-1).long()
+        cache = getattr(out, decode.cache_key) if decode.cache_key else None
+        _reorder(decode.runner, cache, order)
+        position = text.advance()
+        token = running[:, :, cur_len - 1].reshape(-1, 1)
+        out = decode.runner(**extra, input_ids=token, **text.kwargs(decode, position, 1, cache))
+    sequences = sequences[:, :returned].reshape(batch * returned, -1)
+    beam_indices = beam_indices[:, :returned].reshape(batch * returned, -1)
+    generated = int((beam_indices + 1).bool().sum(dim=1).max())
+    return sequences[:, : prompt_len + generated]
