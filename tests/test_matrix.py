@@ -51,7 +51,8 @@ def test_shrunk_configs_are_tiny_and_renumber_special_tokens():
     gpt2 = tiny_config("gpt2")  # default eos/bos 50256 lie outside a 256-token vocabulary
     assert gpt2.n_embd == 64 and gpt2.n_layer == 2 and gpt2.eos_token_id < 256 and gpt2.bos_token_id < 256
     whisper = tiny_config("whisper")
-    assert (whisper.d_model, whisper.encoder_layers, whisper.num_mel_bins, whisper.max_source_positions) == (64, 2, 8, 16)
+    sizes = (whisper.d_model, whisper.encoder_layers, whisper.num_mel_bins, whisper.max_source_positions)
+    assert sizes == (64, 2, 8, 16)
     llava_next = tiny_config("llava_next")  # sub-configs shrink too; the image placeholder id moves into the vocab
     assert llava_next.text_config.hidden_size == 64 and llava_next.text_config.num_hidden_layers == 2
     assert llava_next.vision_config.hidden_size == 64 and llava_next.vision_config.image_size == 32
@@ -117,7 +118,7 @@ def test_a_case_past_its_timeout_is_killed_and_reported(archs):
 
 @pytest.fixture(scope="module")
 def two_case_run(tmp_path_factory):
-    """``hfexport matrix`` on tiny Llama: Dynamo export (real parity vs eager) and a backend name that does not exist."""
+    """``hfexport matrix`` on tiny Llama: Dynamo export (real parity vs eager) and a backend that does not exist."""
     out = tmp_path_factory.mktemp("matrix")
     code = main(["matrix", "--backends", "dynamo", "no-such-backend", "--families", "=llama", "--stages", "export",
                  "--timeout", "240", "--jobs", "2", "--out", str(out)])

@@ -35,25 +35,33 @@ def add_matrix_parser(sub: Any) -> None:
     p.set_defaults(func=cmd_matrix)
 
 
-def _header(args: argparse.Namespace, n_archs: int, n_all: int, seconds: float, load: tuple[float, ...]) -> str:
+def _header(args: argparse.Namespace, n_archs: int, n_all: int, seconds: float, load: tuple[float, ...],
+            end: tuple[float, ...]) -> str:
     scope = "all" if n_archs == n_all else f"a partial run: {n_archs} of the {n_all}"
     return "\n".join([
-        f"Run on {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC: {scope} architectures found in "
-        f"transformers' auto mappings, backends {', '.join(args.backends)}, stages {' and '.join(args.stages)} "
-        f"(generate: generative classes only), {args.jobs} job(s), {args.timeout:g} s timeout per case, {seconds / 60:.1f} min in all.",
-        f"Machine: {platform.machine()} {os.cpu_count()} CPU(s), load average at the start "
-        f"{load[0]:.2f} / {load[1]:.2f} / {load[2]:.2f} (1/5/15 min); export seconds are wall time on it.",
+        f"Run finished {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC after {seconds / 60:.1f} "
+        f"min: {scope} architectures found in transformers' auto mappings, backends {', '.join(args.backends)}, "
+        f"stages {' and '.join(args.stages)} (generate: generative classes only), {args.jobs} job(s), "
+        f"{args.timeout:g} s timeout per case.",
+        f"Machine: {platform.machine()}, {os.cpu_count()} CPU(s), shared; load average (1/5/15 min) "
+        f"{load[0]:.2f} / {load[1]:.2f} / {load[2]:.2f} at the start, {end[0]:.2f} / {end[1]:.2f} / {end[2]:.2f} "
+        "at the end; export seconds are wall time on it.",
         f"Command: `{_command(args)}`",
     ])
 
 
 def _command(args: argparse.Namespace) -> str:
-    parts = ["hfexport matrix", "--backends", *args.backends, "--stages", *args.stages, "--jobs", str(args.jobs), "--timeout", f"{args.timeout:g}"]
+    parts = ["hfexport matrix", "--backends", *args.backends, "--stages", *args.stages, "--jobs", str(args.jobs),
+             "--timeout", f"{args.timeout:g}"]
     if args.families:
         parts += ["--families", *args.families]
     if args.limit is not None:
         parts += ["--limit", str(args.limit)]
     return " ".join(parts)
+
+
+def _load() -> tuple[float, float, float]:
+    return os.getloadavg() if hasattr(os, "getloadavg") else (0.0, 0.0, 0.0)
 
 
 def _stop(signum: int, frame: Any) -> None:
@@ -68,7 +76,7 @@ def cmd_matrix(args: argparse.Namespace) -> int:
     cases = plan(archs, args.backends, args.stages)
     print(f"matrix: {len(archs)} architecture(s) x {len(args.backends)} backend(s) = {len(cases)} case(s), "
           f"{args.jobs} job(s), {args.timeout:g} s timeout each", file=sys.stderr, flush=True)
-    load = os.getloadavg() if hasattr(os, "getloadavg") else (0.0, 0.0, 0.0)
+    load = _load()
     start = time.perf_counter()
     partial: list[dict[str, Any]] = []
 
@@ -83,7 +91,7 @@ def cmd_matrix(args: argparse.Namespace) -> int:
 
     signal.signal(signal.SIGTERM, _stop)  # a killed run stops its workers too (run_matrix's finally)
     rows = run_matrix(cases, jobs=args.jobs, timeout=args.timeout, on_result=progress)
-    header = _header(args, len(archs), len(everything), time.perf_counter() - start, load)
+    header = _header(args, len(archs), len(everything), time.perf_counter() - start, load, _load())
     paths = write_reports(rows, args.out, header=header, png=not args.no_png)
     (args.out / "support-matrix.partial.csv").unlink(missing_ok=True)
     print("wrote " + ", ".join(str(p) for p in paths), file=sys.stderr)

@@ -42,7 +42,8 @@ def reason_of(exc: BaseException) -> str:
     if component and f"{component!r}" not in text:
         text += f" [component {component}]"
     frames = [f for f in traceback.extract_tb(exc.__traceback__)
-              if ("/transformers/" in f.filename or "/hfexport/" in f.filename) and "/hfexport/matrix/" not in f.filename]
+              if ("/transformers/" in f.filename or "/hfexport/" in f.filename)
+              and "/hfexport/matrix/" not in f.filename]
     if frames:  # the innermost line of transformers or hfexport: where to look first
         where = frames[-1].filename.replace("\\", "/")
         where = where.split("/hfexport/")[-1] if "/hfexport/" in where else where.split("/transformers/")[-1]
