@@ -13,7 +13,7 @@ import torch
 import torch.utils._pytree as pytree
 from torch.export import Dim, ShapesCollection
 
-__all__ = ["graph_module", "reexport", "traced_keys"]
+__all__ = ["graph_module", "reexport", "traced_keys", "drop_unused_weights"]
 
 
 def graph_module(program: torch.export.ExportedProgram) -> torch.fx.GraphModule:
@@ -33,6 +33,7 @@ def reexport(program: torch.export.ExportedProgram, module: torch.fx.GraphModule
     Never strict: Dynamo refuses to trace an exported ``GraphModule``, and no Python is left to check.
     """
     args, kwargs = program.example_inputs
+    drop_unused_weights(module)
     shapes = _dynamic_shapes(program, module, args, kwargs)
     with torch.no_grad():
         return torch.export.export(
@@ -77,3 +78,23 @@ def _dynamic_shapes(
     if not dynamic:
         return None
     return collection.dynamic_shapes(module, tuple(args), kwargs)
+
+
+def drop_unused_weights(module: torch.fx.GraphModule) -> torch.fx.GraphModule:
+    """Delete the parameters and buffers no ``get_attr`` node reads any more (in place; returns ``module``).
+
+    A quantizer replaces each fp32 weight by an int8 constant but leaves the fp32 tensor on the module, and
+    ``torch.export`` keeps every parameter and buffer of the module it traces, used or not: without this the
+    quantized program would store the fp32 weights too.
+    """
+    used = {node.target for node in module.graph.nodes if node.op == "get_attr"}
+    for name, _ in [*module.named_parameters(remove_duplicate=False), *module.named_buffers(remove_duplicate=False)]:
+        if name in used:
+            continue
+        owner_path, _, attr = name.rpartition(".")
+        owner = module.get_submodule(owner_path) if owner_path else module
+        if attr in owner._parameters:
+            del owner._parameters[attr]
+        elif attr in owner._buffers:
+            del owner._buffers[attr]
+    return module
