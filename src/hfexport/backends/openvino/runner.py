@@ -15,6 +15,7 @@ tensors (an empty static cache, or a prefill's output).
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import numpy as np
@@ -34,9 +35,16 @@ __all__ = ["OpenVINORunner", "compile_properties"]
 _F32_DEFAULTS = {"INFERENCE_PRECISION_HINT": "f32", "KV_CACHE_PRECISION": "f32"}
 
 
-def compile_properties(metadata: ExportMetadata, config: dict | None) -> dict[str, Any]:
-    """The compile properties: f32 precision for an fp32 export unless the caller's ``config`` sets it."""
+def compile_properties(metadata: ExportMetadata, config: dict | None, device: str = "CPU",
+                       torch_threads: int | None = None) -> dict[str, Any]:
+    """The compile properties: on CPU, latency-oriented, the cores torch does not keep (``torch_threads``), and f32
+    precision for an fp32 export; the caller's ``config`` overrides each of them."""
     properties = dict(config or {})
+    if device != "CPU":
+        return properties
+    properties.setdefault("PERFORMANCE_HINT", "LATENCY")
+    if torch_threads is not None:
+        properties.setdefault("INFERENCE_NUM_THREADS", max(1, (os.cpu_count() or 1) - int(torch_threads)))
     if metadata.export_dtype in (None, "float32"):
         hint = properties.setdefault("INFERENCE_PRECISION_HINT", "f32")
         properties.setdefault("KV_CACHE_PRECISION", str(hint) if str(hint) in ("f32", "bf16", "f16") else "f32")
@@ -51,7 +59,8 @@ class OpenVINORunner(ModelRunner):
         metadata: Its export metadata.
         device: ``"cpu"`` (default), or an OpenVINO device name (``"GPU"``, ``"NPU"``).
         config: Compile properties for ``Core.compile_model`` (they override the f32 defaults of an fp32 export).
-        torch_threads: Threads left to torch (``torch.set_num_threads``) for the work around the model.
+        torch_threads: Threads torch keeps (``torch.set_num_threads``) for the work around the model; OpenVINO
+            runs on the other cores (``INFERENCE_NUM_THREADS``), so the two thread pools do not contend.
 
     Example:
         >>> exported = OpenVINOExporter().export(model, inputs, OpenVINOConfig(dynamic=True))
@@ -69,7 +78,7 @@ class OpenVINORunner(ModelRunner):
             torch.set_num_threads(int(torch_threads))
         self.program = program
         self.device = _device_name(device)
-        self.properties = compile_properties(metadata, config)
+        self.properties = compile_properties(metadata, config, self.device, torch_threads)
         self.compiled = ov.Core().compile_model(program, self.device, self.properties)
         self.request = self.compiled.create_infer_request()
         names = [set(port.get_names()) for port in self.compiled.inputs]

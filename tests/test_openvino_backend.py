@@ -1,0 +1,200 @@
+"""The OpenVINO backend's contract: files on disk, precision, stateful variables and beam_idx, state reset, errors.
+
+Tiny Llama exports only (seconds each); module-scoped fixtures share them between tests.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+from hfexport import ConfigError, ExportedModel, MissingPackageError, OpenVINOConfig, UnsupportedError
+from hfexport.exporter_openvino import OpenVINOExporter
+from hfexport.models.tiny import TINY_CASES
+from hfexport.validation import compare_outputs
+
+CASE = TINY_CASES["llama"]
+
+
+def _static(model, max_cache_len=48):
+    gen = copy.deepcopy(model.generation_config)
+    gen.do_sample, gen.cache_implementation, gen.max_cache_len = False, "static", max_cache_len
+    return gen
+
+
+@pytest.fixture(scope="module")
+def model():
+    return CASE.build()
+
+
+@pytest.fixture(scope="module")
+def plain(model):
+    return OpenVINOExporter().export(model, CASE.inputs(2, 7), OpenVINOConfig(dynamic=True))
+
+
+@pytest.fixture(scope="module")
+def stateful(model):
+    return OpenVINOExporter().export_for_generation(model, CASE.inputs(2, 6), OpenVINOConfig(dynamic=True),
+                                                    generation_config=_static(model), multi_token_decode=True)
+
+
+def test_program_is_an_openvino_model_saved_as_xml_and_bin(plain, tmp_path):
+    import openvino as ov
+
+    assert isinstance(plain.program, ov.Model)
+    plain.save_pretrained(tmp_path)
+    names = {p.name for p in tmp_path.iterdir()}
+    assert {"openvino_model.xml", "openvino_model.bin"} <= names, names
+    assert (tmp_path / "openvino_model.bin").stat().st_size > 0.9 * sum(
+        p.numel() * p.element_size() for p in CASE.build().parameters())
+
+
+def test_fp32_export_runs_in_fp32_by_default_and_bf16_only_when_asked(plain, model):
+    inputs = CASE.inputs(2, 7)
+    with torch.no_grad():
+        eager = model(**inputs)
+    runner = plain.runner()
+    assert str(runner.compiled.get_property("INFERENCE_PRECISION_HINT")) == "<Type: 'float32'>"
+    assert compare_outputs(plain(**inputs), eager)["max_abs_diff"] <= 1e-4
+    bf16 = ExportedModel.from_pretrained(_saved(plain), config={"INFERENCE_PRECISION_HINT": "bf16"})
+    assert "bfloat16" in str(bf16.runner().compiled.get_property("INFERENCE_PRECISION_HINT"))
+    import openvino as ov
+
+    if "BF16" in ov.Core().get_property("CPU", "OPTIMIZATION_CAPABILITIES"):  # this CPU computes bf16 natively
+        assert compare_outputs(bf16(**inputs), eager)["max_abs_diff"] > 1e-4
+
+
+def _saved(exported, _cache={}):
+    import tempfile
+    from pathlib import Path
+
+    if id(exported) not in _cache:
+        directory = Path(tempfile.mkdtemp(prefix="hfexport-ov-"))
+        exported.save_pretrained(directory)
+        _cache[id(exported)] = directory
+    return _cache[id(exported)]
+
+
+def test_compress_to_fp16_halves_the_weights_and_stays_close(model, plain, tmp_path):
+    half = OpenVINOExporter().export(model, CASE.inputs(2, 7), OpenVINOConfig(dynamic=True, compress_to_fp16=True))
+    half.save_pretrained(tmp_path)
+    full = (_saved(plain) / "openvino_model.bin").stat().st_size
+    assert (tmp_path / "openvino_model.bin").stat().st_size < 0.6 * full
+    inputs = CASE.inputs(2, 7)
+    with torch.no_grad():
+        eager = model(**inputs)
+    assert compare_outputs(half(**inputs), eager)["max_abs_diff"] < 5e-2
+
+
+def test_stateful_graph_keeps_the_cache_in_variables_with_beam_idx(stateful, tmp_path):
+    assert stateful.components["prefill"] is stateful.components["decode"]  # one IR serves both
+    program = stateful.components["decode"].program
+    inputs = {n for port in program.inputs for n in port.get_names()}
+    assert "beam_idx" in inputs and not any("past_key_values" in n for n in inputs), inputs
+    outputs = {n for port in program.outputs for n in port.get_names()}
+    assert outputs == {"logits"}, outputs
+    n_cache = sum(1 for s in stateful.components["decode"].metadata.inputs if s.role.value == "cache_input")
+    assert len(program.get_sinks()) == n_cache == len(program.get_variables())
+    ops = {op.get_type_name() for op in program.get_ordered_ops()}
+    assert {"ReadValue", "Assign", "Gather"} <= ops
+    stateful.save_pretrained(tmp_path)
+    assert sorted(p.name for p in tmp_path.glob("*.xml")) == ["openvino_model.xml"]  # one IR for both components
+
+
+def test_stateless_graph_takes_and_returns_the_cache(model):
+    exported = OpenVINOExporter().export_for_generation(model, CASE.inputs(2, 6),
+                                                        OpenVINOConfig(dynamic=True, stateful=False),
+                                                        generation_config=_static(model), multi_token_decode=True)
+    program = exported.components["decode"].program
+    assert not program.get_sinks()
+    inputs = {n for port in program.inputs for n in port.get_names()}
+    outputs = {n for port in program.outputs for n in port.get_names()}
+    assert "past_key_values.layers.0.keys" in inputs and "present.past_key_values.layers.0.keys" in outputs
+    assert "beam_idx" not in inputs
+
+
+def test_a_foreign_cache_starts_a_new_sequence_and_the_returned_one_continues_it(stateful, model):
+    runner = stateful.runner("decode")
+    prompt = CASE.inputs(1, 5)
+    decode_inputs = _decode_kwargs(stateful, prompt)
+    first = runner(**decode_inputs["prefill"])
+    cache = first.past_key_values
+    assert cache is decode_inputs["prefill"]["past_key_values"]  # the handle standing for the state
+    step = runner(**decode_inputs["step"](cache))
+    restarted = runner(**decode_inputs["prefill"] | {"past_key_values": _fresh(stateful, 1)})
+    assert torch.equal(restarted.logits, first.logits)  # a new cache object: the state was reset
+    assert not torch.equal(step.logits[:, -1], first.logits[:, -1])
+    live = runner.state()
+    assert set(live) == {s.name for s in stateful.components["decode"].metadata.inputs if s.role.value == "cache_input"}
+    assert live["past_key_values.layers.0.keys"][:, :, :5].abs().sum() > 0  # the prompt's keys are in the state
+    assert live["past_key_values.layers.0.keys"][:, :, 5:].abs().sum() == 0
+    runner.reset()
+    again = runner(**decode_inputs["prefill"] | {"past_key_values": _fresh(stateful, 1)})
+    assert torch.equal(again.logits, first.logits)
+
+
+def _fresh(exported, batch):
+    from hfexport.generation import _Component
+
+    return _Component(exported, "decode").initial_cache(batch)
+
+
+def _decode_kwargs(exported, prompt):
+    from hfexport.generation import TextState, _Component
+
+    decode = _Component(exported, "decode")
+    ids, mask = prompt["input_ids"], prompt["attention_mask"]
+    text = TextState(mask, 4, decode.cache_capacity(), None)
+    prefill = {"input_ids": ids, **text.kwargs(decode, 0, ids.shape[1], decode.initial_cache(ids.shape[0]))}
+
+    def step(cache):
+        position = text.advance()
+        return {"input_ids": ids[:, -1:], **text.kwargs(decode, position, 1, cache)}
+
+    return {"prefill": prefill, "step": step}
+
+
+def test_runner_options_config_and_torch_threads(plain):
+    threads = torch.get_num_threads()
+    try:
+        exported = ExportedModel.from_pretrained(_saved(plain), config={"INFERENCE_NUM_THREADS": 1}, torch_threads=1)
+        runner = exported.runner()
+        assert runner.compiled.get_property("INFERENCE_NUM_THREADS") == 1
+        assert torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(threads)
+    with pytest.raises(TypeError, match="config and torch_threads"):
+        plain.to("cpu", providers=["CPUExecutionProvider"])
+
+
+def test_bad_config_values_are_refused_before_any_work(model):
+    with pytest.raises(ConfigError, match="stateful"):
+        OpenVINOExporter().export(model, CASE.inputs(2, 7), {"stateful": "yes"})
+    with pytest.raises(ConfigError, match="OpenVINOConfig"):
+        from hfexport import OnnxConfig
+
+        OpenVINOExporter().export(model, CASE.inputs(2, 7), OnnxConfig())
+
+
+def test_missing_openvino_names_the_pip_line(monkeypatch, model):
+    import importlib.metadata as md
+
+    real = md.version
+    monkeypatch.setattr(md, "version", lambda name: (_ for _ in ()).throw(md.PackageNotFoundError(name))
+                        if name == "openvino" else real(name))
+    with pytest.raises(MissingPackageError) as info:
+        OpenVINOExporter().export(model, CASE.inputs(2, 7), OpenVINOConfig())
+    assert "hfexport[openvino]" in info.value.pip_line and "openvino==" in info.value.pip_line
+
+
+def test_beam_search_is_refused_by_name_where_the_cache_cannot_be_reordered(stateful):
+    exported = copy.copy(stateful)
+    exported.export_format = "executorch"
+    with pytest.raises(UnsupportedError, match="executorch backend"):
+        exported.generate(**CASE.inputs(1, 5), num_beams=2, max_new_tokens=4)
+
+
+def test_workarounds_that_fired_are_recorded(stateful):
+    assert "openvino-sdpa-masked-rows" in stateful.components["decode"].metadata.workarounds
