@@ -22,11 +22,20 @@ TOL = 1e-3
 DEFAULT = ["llama", "bert"]
 SWEEP = ["qwen3", "gpt2", "gemma3", "mixtral", "qwen3_moe", "t5", "vit", "whisper", "mamba"]
 # (batch, seq) of the export sample, of the "other shape" run and of the reload run; as in test_onnx_parity
-SHAPES = {"gemma3": ((2, 10), (3, 12), (1, 9))}
+SHAPES = {
+    "gemma3": ((2, 10), (3, 12), (1, 9)),
+    # the Mamba trace pins the batch to the sample's (its metadata: input_ids [2, s]); ExecuTorch plans that dim
+    # static and its runtime cannot resize it (op_full: "Failed to resize output tensor"): vary the length only
+    "mamba": ((2, 7), (2, 10), (2, 5)),
+}
 DEFAULT_SHAPES = ((2, 7), (3, 10), (1, 5))
 ILL_CONDITIONED = {"t5"}  # see tests/models/test_onnx_parity.py: compared with fp64 as eager fp32 itself is off
 # architecture -> why it cannot work here, naming the upstream limitation
-UNSUPPORTED: dict[str, str] = {}
+UNSUPPORTED = {
+    "gpt2": "ExecuTorch to_edge re-runs GPT-2's Conv1D aten.view(-1, hidden) on the attention output, to which the "
+    "SDPA decomposition gives transposed strides ((64, 64*batch, 1)): 'Cannot view a tensor with shape ...' "
+    "(torch._decomp scaled_dot_product_attention strides vs transformers.pytorch_utils.Conv1D.forward's view)",
+}
 
 _PARAMS = [pytest.param(n) for n in DEFAULT] + [pytest.param(n, marks=pytest.mark.sweep) for n in SWEEP]
 

@@ -32,7 +32,11 @@ UNSUPPORTED_MULTI = {
     "seq_len == 1 and restarts the scan from a zero state for longer inputs, so a merged decode cannot continue",
 }
 # (family, cache, multi) -> why the ExecuTorch export cannot run it, naming the upstream limitation
-UNSUPPORTED: dict[tuple, str] = {}
+UNSUPPORTED = {
+    ("gpt2", "static", True): "ExecuTorch to_edge re-runs GPT-2's Conv1D aten.view(-1, hidden) on the attention "
+    "output, to which the SDPA decomposition gives transposed strides: 'Cannot view a tensor with shape ...' "
+    "(see tests/models/test_executorch_parity.py)",
+}
 
 CASES = [pytest.param(*c, id=f"{c[0]}-{c[1]}-{'multi' if c[2] else 'single'}") for c in DEFAULT] + [
     pytest.param(*c, id=f"{c[0]}-{c[1]}-{'multi' if c[2] else 'single'}", marks=pytest.mark.sweep) for c in SWEEP]

@@ -35,8 +35,7 @@ def record_program_outputs(manager: Any, metadata: ExportMetadata, method: str =
             mutations.append(TensorSpec(name=target.name, role=IORole.MUTATION, dtype=target.dtype,
                                         shape=list(target.shape), target=target.name))
         elif spec.kind not in (OutputKind.USER_OUTPUT, OutputKind.BUFFER_MUTATION):
+            # a BUFFER_MUTATION is written back inside the program; the runner checks the output count holds
             raise RuntimeError(f"unsupported output kind {spec.kind} in the lowered program")
-    if any(s.kind == OutputKind.BUFFER_MUTATION for s in signature.output_specs):
-        pass  # a mutable buffer stays inside the program: the runtime writes it back itself, nothing is returned
     user = [s for s in metadata.outputs if s.role in (IORole.OUTPUT, IORole.CACHE_OUTPUT)]
     metadata.outputs = mutations + user

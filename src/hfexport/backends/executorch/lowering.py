@@ -34,8 +34,6 @@ def backend_config(config: ExecutorchConfig) -> Any:
             alloc_graph_output=config.alloc_graph_output,
             alloc_mutable_buffers=config.alloc_mutable_buffers,
         ),
-        # the graph's own copy of a cache update is pointless when the output is written in place
-        run_reinplace_pass=False,
     )
 
 
