@@ -82,7 +82,9 @@ def child(recipe_name: str | None, fmt: str, out: Path, new_tokens: int, repeats
     config = AutoExportConfig.from_dict({"export_format": fmt, "dynamic": True})
     if recipe_name is not None:
         config.quantizer = recipe(recipe_name, fmt, prompt_samples(CALIBRATION, tokenizer))
-    sample = dict(tokenizer(["Hello there, my friend"], return_tensors="pt"))
+    # a batch of 2 for the capture: OpenVINO's stateful pass cannot start a cache traced at batch 1 (its batch
+    # axis is then pinned to 1 while the initial state takes beam_idx's)
+    sample = dict(tokenizer(["Hello there, my friend"] * 2, return_tensors="pt"))
     start = time.perf_counter()
     exported = AutoHfExporter.from_config(config).export_for_generation(model, sample, config)
     export_s = time.perf_counter() - start

@@ -2,10 +2,8 @@
 its weight bytes on disk shrink against the fp32 model's, and its greedy top-1 agreement with eager PyTorch over 64
 decode steps (teacher-forced on eager's tokens) is measured and bounded.
 
-The tiny Llama's embedding is 15 % of its weights; a recipe that leaves embeddings in fp32 (ONNX Runtime and NNCF
-full int8 keep Gather weights fp32 by default) cannot get under ~0.37x here, so each pair's bound is the one it
-reaches with a margin, and the 0.35x / 0.2x targets are checked on SmolLM2 by benchmarks/bench_quantized.py.
-Random tiny weights give near-tied logits, so agreement bounds here are loose; SmolLM2's are in the benchmark.
+The tiny Llama's embedding is 15 % of its weights: a recipe that leaves it in fp32 cannot get under ~0.37x here.
+SmolLM2's figures (the 0.35x / 0.2x size targets, >= 90 % int8 agreement) are in benchmarks/RESULTS_QUANTIZED.md.
 """
 
 from __future__ import annotations
@@ -23,25 +21,25 @@ from hfexport.quantizers.presets import recipe
 STEPS = 64
 PROMPT_LEN = 8
 
-# (recipe, format) -> (max weight-bytes ratio vs fp32, min top-1 agreement), as measured here with a margin
+# (recipe, format) -> (max weight-bytes ratio vs fp32, min top-1 agreement): what each pair reaches here, with a
+# margin. PT2E for OpenVINO and ExecuTorch leaves the embedding (15 % of the tiny Llama) in fp32.
 PAIRS = {
-    ("pt2e-int8", "dynamo"): (0.35, 0.6),
-    ("pt2e-int8", "onnx"): (0.35, 0.6),
-    ("pt2e-int8", "openvino"): (0.45, 0.6),
-    ("pt2e-int8", "executorch"): (0.55, 0.6),
-    ("ort-dynamic", "onnx"): (0.45, 0.6),
-    ("ort-static", "onnx"): (0.45, 0.6),
-    ("nncf-int8", "onnx"): (0.45, 0.5),
-    ("nncf-int8", "openvino"): (0.45, 0.5),
-    ("nncf-int8", "dynamo"): (0.45, 0.5),
-    ("nncf-int8", "executorch"): (0.55, 0.6),
-    ("nncf-int4", "onnx"): (0.45, 0.3),
-    ("nncf-int4", "openvino"): (0.45, 0.3),
-    ("nncf-int4", "dynamo"): (0.45, 0.3),
+    ("pt2e-int8", "dynamo"): (0.35, 0.75),
+    ("pt2e-int8", "onnx"): (0.35, 0.75),
+    ("pt2e-int8", "openvino"): (0.45, 0.75),
+    ("pt2e-int8", "executorch"): (0.55, 0.75),
+    ("ort-dynamic", "onnx"): (0.35, 0.75),
+    ("ort-static", "onnx"): (0.35, 0.75),
+    ("nncf-int8", "onnx"): (0.35, 0.75),
+    ("nncf-int8", "openvino"): (0.35, 0.75),
+    ("nncf-int8", "dynamo"): (0.35, 0.75),
+    ("nncf-int8", "executorch"): (0.55, 0.75),
+    ("nncf-int4", "onnx"): (0.25, 0.6),
+    ("nncf-int4", "openvino"): (0.25, 0.6),
+    ("nncf-int4", "dynamo"): (0.25, 0.6),
 }
-# one pair per quantizer class and per format in the default suite; the rest with `make test-sweep`
-DEFAULT = {("pt2e-int8", "onnx"), ("ort-dynamic", "onnx"), ("nncf-int8", "openvino"), ("nncf-int4", "dynamo"),
-           ("pt2e-int8", "executorch")}
+# one pair per backend-model quantizer family in the default suite; the rest with `make test-sweep`
+DEFAULT = {("pt2e-int8", "dynamo"), ("ort-dynamic", "onnx"), ("nncf-int8", "openvino")}
 
 
 def _params():

@@ -88,8 +88,9 @@ def drop_unused_weights(module: torch.fx.GraphModule) -> torch.fx.GraphModule:
     quantized program would store the fp32 weights too.
     """
     used = {node.target for node in module.graph.nodes if node.op == "get_attr"}
+    called = {node.target for node in module.graph.nodes if node.op == "call_module"}  # e.g. NNCF decompressors
     for name, _ in [*module.named_parameters(remove_duplicate=False), *module.named_buffers(remove_duplicate=False)]:
-        if name in used:
+        if name in used or any(name.startswith(f"{prefix}.") for prefix in called):
             continue
         owner_path, _, attr = name.rpartition(".")
         owner = module.get_submodule(owner_path) if owner_path else module

@@ -5,10 +5,10 @@ Each recipe picks, for an export format, the quantizer and settings that serve i
 =============  ========================================================================================
 ``pt2e-int8``  PT2E int8 on the FX graph: ``X86InductorQuantizer`` (Dynamo, ONNX, OpenVINO), ``XNNPACKQuantizer``
                (ExecuTorch); embeddings get int8 weight-only (torchao's ``EmbeddingQuantizer``)
-``ort-dynamic`` ONNX Runtime ``quantize_dynamic`` (ONNX only)
-``ort-static``  ONNX Runtime ``quantize_static``, QDQ (ONNX only)
-``nncf-int8``  NNCF ``quantize`` on the converted ONNX / OpenVINO model or the FX graph (Dynamo); ExecuTorch
-               lowers only weight-only results, so it gets NNCF int8 weight compression
+``ort-dynamic`` ONNX Runtime ``quantize_dynamic``, per-channel weights (ONNX only)
+``ort-static``  ONNX Runtime ``quantize_static``, QDQ, per-channel weights (ONNX only)
+``nncf-int8``  NNCF ``quantize`` (int8 weights and activations) on the converted ONNX / OpenVINO model; on the FX
+               graph (Dynamo, ExecuTorch) NNCF int8 weight-only compression
 ``nncf-int4``  NNCF int4 weight compression (group size 32; int8 for the embeddings and the last layer, NNCF's
                default backup), on the converted ONNX / OpenVINO model or the FX graph
 =============  ========================================================================================
@@ -47,10 +47,11 @@ def recipe(name: str, export_format: ExportFormat | str, calibration: Iterable[d
     elif name in ("ort-dynamic", "ort-static"):
         from .onnxruntime import OnnxRuntimeDynamicConfig, OnnxRuntimeQuantizer, OnnxRuntimeStaticConfig
 
+        # per-channel weights: ONNX Runtime's per-tensor default loses half of SmolLM2's greedy tokens
         if name == "ort-dynamic":
-            quantizer = OnnxRuntimeQuantizer(OnnxRuntimeDynamicConfig())
+            quantizer = OnnxRuntimeQuantizer(OnnxRuntimeDynamicConfig(per_channel=True))
         else:
-            quantizer = OnnxRuntimeQuantizer(OnnxRuntimeStaticConfig(), calibration_dataset=calibration)
+            quantizer = OnnxRuntimeQuantizer(OnnxRuntimeStaticConfig(per_channel=True), calibration_dataset=calibration)
     else:
         quantizer = _nncf(name, fmt, calibration)
     quantizer.validate_environment(fmt)  # an unsupported pair says so now, before the model loads
@@ -86,8 +87,10 @@ def _nncf(name: str, fmt: Any, calibration: Iterable[dict] | None) -> ExportQuan
     if name == "nncf-int4":
         config = NNCFWeightCompressionConfig(mode=nncf.CompressWeightsMode.INT4_SYM, group_size=32)
         return cls(config, calibration_dataset=calibration)
-    if fmt == ExportFormat.EXECUTORCH:
-        return cls(NNCFWeightCompressionConfig(mode=nncf.CompressWeightsMode.INT8_ASYM))
+    if fmt in (ExportFormat.DYNAMO, ExportFormat.EXECUTORCH):
+        # weight-only on the FX graph: ExecuTorch lowers nothing else, and nncf.quantize fails on a Llama FX graph
+        # in NNCF 3.4 (min-max statistics of the boolean mask, then SmoothQuant modules torch.export cannot re-trace)
+        return cls(NNCFWeightCompressionConfig(mode=nncf.CompressWeightsMode.INT8_SYM))
     return cls(NNCFQuantizationConfig(), calibration_dataset=calibration)
 
 
