@@ -322,3 +322,39 @@ def test_cli_refuses_an_unsupported_quantize_format_pair_before_loading(tmp_path
     assert done.returncode != 0
     assert "OnnxRuntimeQuantizer cannot quantize a 'openvino' export" in done.stderr, done.stderr[-2000:]
     assert "[load]" not in done.stderr  # refused before the model loads
+
+
+# --- calibration for export_for_generation ---------------------------------------------------------------------------
+
+
+class _Recording(ExportQuantizer):
+    """An FX-graph quantizer that changes nothing and records the calibration samples it is given."""
+
+    supported_formats = (ExportFormat.DYNAMO,)
+    quantizes_fx_graph = True
+    seen: list = []
+
+    def quantize(self, model, sample_inputs, export_format):
+        type(self).seen.append(list(self.traced_calibration(sample_inputs)))
+        return model
+
+
+def test_generate_kwargs_are_captured_into_one_calibration_set_per_component():
+    from hfexport.exporter_dynamo import DynamoExporter
+
+    case = TINY_CASES["llama"]
+    model = case.build()
+    samples = [case.inputs(1, 5, padded=False), case.inputs(1, 7, padded=False)]
+    quantizer = _Recording(calibration_dataset=samples)
+    _Recording.seen = []
+    exported = DynamoExporter().export_for_generation(
+        model, case.inputs(1, 6, padded=False), DynamoConfig(dynamic=True, quantizer=quantizer)
+    )
+    assert quantizer.calibration_dataset is samples  # the caller's quantizer is not changed
+    assert set(exported.components) == {"prefill", "decode"}
+    by_kind = {("past_key_values" in s[0] and s[0]["input_ids"].shape[1] == 1): s for s in _Recording.seen}
+    decode, prefill = by_kind[True], by_kind[False]
+    assert [s["input_ids"].shape[1] for s in prefill] == [5, 7]  # each prompt's own prefill forward
+    assert [s["past_key_values"].get_seq_length() for s in decode] == [5, 7]  # its first decode step, after it
+    for sample, calibration in zip(samples, prefill):
+        assert torch.equal(calibration["input_ids"], sample["input_ids"])
