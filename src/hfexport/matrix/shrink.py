@@ -66,6 +66,7 @@ _TOKEN_LISTS = ("suppress_tokens", "begin_suppress_tokens", "forced_decoder_ids"
 OVERRIDES: dict[str, dict[str, Any]] = {
     "gemma3_text": {"sliding_window": 8, "query_pre_attn_scalar": HEAD_DIM},
     "mamba": {"tie_word_embeddings": False},
+    "mamba2": {"num_heads": 8, "n_groups": 1, "tie_word_embeddings": False},  # heads x head_dim = expand x hidden
     "whisper": {"init_std": 0.2, "tie_word_embeddings": False, "decoder_start_token_id": 3, "pad_token_id": 0,
                 "bos_token_id": 1, "eos_token_id": 2},  # Whisper's own ids are one id for all three
     "gemma3": {"mm_tokens_per_image": 4},  # 16 patches of 32-pixel images pooled 2 x 2
