@@ -140,16 +140,21 @@ class PeerLoop:
         self.inputs = {next(iter(p.get_names())): p for p in self.compiled.inputs}
         self.outputs = [next(iter(p.get_names()), "") for p in self.compiled.outputs]
         self.logits = next(i for i, n in enumerate(self.outputs) if n.endswith("logits"))
+        config = json.loads((directory / "config.json").read_text())
+        self.kv_heads = config.get("num_key_value_heads") or config["num_attention_heads"]
+        self.head_dim = config.get("head_dim") or config["hidden_size"] // config["num_attention_heads"]
 
     def _cache_inputs(self) -> dict[str, np.ndarray]:
+        """Zeros for every cache input: K/V ``[1, kv_heads, STATIC_CACHE_LEN, head_dim]`` (the IR's dims are all
+        dynamic), counters ``[]``."""
         cache = {}
         for name, port in self.inputs.items():
             if name.startswith("input.") and name not in ("input.input_ids",):
                 leaf = name[len("input."):]
                 if leaf in ("input_ids", "attention_mask", "position_ids", "cache_position"):
                     continue
-                shape = [d.get_length() if d.is_static else (1 if i == 0 else STATIC_CACHE_LEN)
-                         for i, d in enumerate(port.get_partial_shape())]
+                rank = port.get_partial_shape().rank.get_length()
+                shape = [1, self.kv_heads, STATIC_CACHE_LEN, self.head_dim] if rank == 4 else [1] * rank
                 cache[name] = np.zeros(shape, dtype=port.get_element_type().to_dtype())
         return cache
 
@@ -212,7 +217,7 @@ def bench_smollm2(args: argparse.Namespace, workdir: Path) -> dict:
 
     exports = {}
     for variant, label in EXPORTS.items():
-        if args.no_peer and variant.startswith("peer"):
+        if (args.no_peer and variant.startswith("peer")) or (args.variants and variant not in args.variants):
             continue
         print(f"[bench-openvino] exporting SmolLM2-135M ({label}) in a child process ...", flush=True)
         exports[variant] = e = run_export_child(variant, workdir / variant)
@@ -308,11 +313,12 @@ def render(report: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def run(results: dict, quick: bool = False, repeats: int = 2, new_tokens: int = 128, no_peer: bool = False) -> str:
+def run(results: dict, quick: bool = False, repeats: int = 2, new_tokens: int = 128, no_peer: bool = False,
+        variants: list[str] | None = None) -> str:
     """Run the OpenVINO benchmark; store its report in ``results["openvino"]`` and return the Markdown section."""
     _ensure_importable()
     args = argparse.Namespace(repeats=1 if quick else repeats, new_tokens=16 if quick else new_tokens,
-                              no_peer=no_peer or quick)
+                              no_peer=no_peer or quick, variants=variants)
     workdir = Path(tempfile.mkdtemp(prefix="hfexport-bench-openvino-"))
     report: dict[str, Any] = {"repeats": args.repeats, "load_start": os.getloadavg()}
     start = time.perf_counter()
@@ -333,6 +339,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="16 tokens, 1 round, no peer (smoke test)")
     parser.add_argument("--results", type=Path, default=HERE / "RESULTS_OPENVINO.md")
     parser.add_argument("--no-peer", action="store_true", help="leave out transformers' own OpenVINO export")
+    parser.add_argument("--variants", type=lambda v: v.split(","), default=None,
+                        help=f"comma-separated exports to run (default: all of {', '.join(EXPORTS)})")
     parser.add_argument("--export-child", choices=list(EXPORTS), help=argparse.SUPPRESS)
     parser.add_argument("--out", type=Path, help=argparse.SUPPRESS)
     args, _ = parser.parse_known_args(argv)  # benchmarks/run.py passes every benchmark's options to each
@@ -341,7 +349,8 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(export_child(args.export_child, args.out)))
         return 0
     results: dict = {}
-    text = run(results, quick=args.quick, repeats=args.repeats, new_tokens=args.new_tokens, no_peer=args.no_peer)
+    text = run(results, quick=args.quick, repeats=args.repeats, new_tokens=args.new_tokens, no_peer=args.no_peer,
+               variants=args.variants)
     print("\n" + text)
     if not args.quick:
         args.results.write_text(text)
