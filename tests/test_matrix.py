@@ -87,6 +87,16 @@ def test_image_text_models_get_one_image_and_as_many_placeholder_tokens_as_image
         assert model(**inputs).logits.shape == (2, 22, 256)
 
 
+def test_an_encoder_decoder_without_a_start_token_starts_from_pad_like_t5_so_eager_generate_runs():
+    import torch
+
+    model = build_model("t5", "T5ForConditionalGeneration")
+    assert model.generation_config.decoder_start_token_id == model.config.pad_token_id == 0
+    with torch.no_grad():
+        out = model.generate(**sample_inputs(model, "t5", for_generation=True), max_new_tokens=3, do_sample=False)
+    assert out.shape[0] == 2 and (out[:, 0] == 0).all()
+
+
 def test_a_missing_backend_module_is_reported_as_unavailable_not_a_crash(monkeypatch):
     from hfexport import registry
     from hfexport.configs import ExportFormat

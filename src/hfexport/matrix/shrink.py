@@ -189,5 +189,7 @@ def build_model(model_type: str, class_name: str) -> Any:
         text = config.get_text_config(decoder=True) if hasattr(config, "get_text_config") else config
         ids = {k: getattr(config, k, None) if getattr(config, k, None) is not None else getattr(text, k, None)
                for k in ("pad_token_id", "bos_token_id", "eos_token_id", "decoder_start_token_id")}
+        if getattr(config, "is_encoder_decoder", False) and ids["decoder_start_token_id"] is None:
+            ids["decoder_start_token_id"] = ids["pad_token_id"] or 0  # T5's convention; generate() needs one
         model.generation_config = GenerationConfig(do_sample=False, **{k: v for k, v in ids.items() if v is not None})
     return model

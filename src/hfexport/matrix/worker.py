@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 import sys
 import time
 import traceback
@@ -33,7 +34,8 @@ UNAVAILABLE = "backend not available in this release"
 
 def reason_of(exc: BaseException) -> str:
     """``Type: first line [component X] (models/x/modeling_x.py:123)``, one line, at most 300 characters."""
-    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    plain = re.sub(r"\x1b\[[0-9;]*m", "", str(exc))  # the ONNX exporter colours its messages
+    lines = [line.strip() for line in plain.splitlines() if line.strip()]
     first = lines[0] if lines else ""
     if first.endswith(":") and len(lines) > 1:  # "invalid X (1 problem(s)):" says nothing without its first item
         first += " " + lines[1]
