@@ -27,13 +27,17 @@ def traced_keys(program: torch.export.ExportedProgram) -> list[str]:
     return list(kwargs)
 
 
-def reexport(program: torch.export.ExportedProgram, module: torch.fx.GraphModule) -> torch.export.ExportedProgram:
-    """``torch.export`` the quantized ``module`` on ``program``'s example inputs, keeping its symbolic dims.
+def reexport(
+    program: torch.export.ExportedProgram, module: torch.fx.GraphModule, drop_unused: bool = True
+) -> torch.export.ExportedProgram:
+    """``torch.export`` the quantized ``module`` on ``program``'s example inputs, keeping its symbolic dims;
+    ``drop_unused`` first deletes the weights the quantizer replaced (:func:`drop_unused_weights`).
 
     Never strict: Dynamo refuses to trace an exported ``GraphModule``, and no Python is left to check.
     """
     args, kwargs = program.example_inputs
-    drop_unused_weights(module)
+    if drop_unused:
+        drop_unused_weights(module)
     shapes = _dynamic_shapes(program, module, args, kwargs)
     with torch.no_grad():
         return torch.export.export(
