@@ -108,8 +108,17 @@ def test_mamba_multi_token_decode_is_refused_with_the_reason():
         _export(case.build(), case, "dynamic", True, True)
 
 
+_IMAGE_ENCODERS = {
+    "qwen2_vl": "OpenVINO 2026.3's PyTorch frontend fails to convert aten.index_add.default in Qwen2-VL's vision tower",
+    "llava": "OpenVINO 2026.3's PyTorch frontend (translate_session.cpp) rejects the FX node named 'add' in CLIP's "
+    "vision tower: 'Tensor name is not a number: add'",
+}
+
+
 @pytest.mark.sweep
-@pytest.mark.parametrize("name,stateful", [("qwen2_vl", True), ("llava", True), ("qwen2_vl", False)])
+@pytest.mark.parametrize("name,stateful", [
+    pytest.param(n, s, marks=pytest.mark.xfail(strict=True, reason=_IMAGE_ENCODERS[n]))
+    for n, s in (("qwen2_vl", True), ("llava", True), ("qwen2_vl", False))])
 def test_image_text_to_text_generates_like_eager(name, stateful):
     case = TINY_CASES[name]
     model = case.build()
