@@ -97,9 +97,10 @@ def write_markdown(rows: list[dict[str, Any]], path: Path, header: str = "") -> 
               "`pass` = every output leaf within the fp32 bound (1e-4 Dynamo/ONNX, 1e-3 ExecuTorch/OpenVINO) for "
               "`export`, greedy tokens equal to eager `model.generate` for `generate`; `eager-fails` = the matrix's "
               "sample inputs do not run even in eager PyTorch (a gap of the matrix, not of the backend). "
-              "Image-text-to-text models other than Qwen2-VL and LLaVA get text-only inputs (the matrix does not place "
-              "image tokens for them), so their `generate` stage fails where the decomposition needs the vision "
-              "tower to run.", "", "![heat map](support-matrix.png)", "",
+              "Image-text-to-text models get one image per row and its placeholder tokens where pixels and an "
+              "image-token id are all they need (Qwen2-VL and LLaVA use the hand-written tiny inputs of "
+              "`hfexport.models.tiny`); the others get text only, so their `generate` stage fails where the "
+              "decomposition needs the vision tower to run.", "", "![heat map](support-matrix.png)", "",
               "## Grid", "", "Cells: status, max abs diff vs eager (export), export seconds.", "",
               "| model_type | class | task | " + " | ".join(f"{b} {s}" for b, s in cols) + " |",
               "|---|---|---|" + "---|" * len(cols)]

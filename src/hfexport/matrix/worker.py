@@ -33,7 +33,18 @@ UNAVAILABLE = "backend not available in this release"
 
 
 def reason_of(exc: BaseException) -> str:
-    """``Type: first line [component X] (models/x/modeling_x.py:123)``, one line, at most 300 characters."""
+    """``Type: first line [component X] (models/x/modeling_x.py:123)``, then ``| cause: ...`` with the root of the
+    exception chain when it is another exception (a wrapped ``ConversionError`` hides the missing op), one line."""
+    root = exc
+    while (nxt := root.__cause__ or root.__context__) is not None and nxt is not root:
+        root = nxt
+    text = _one(exc)
+    if root is not exc:
+        return f"{text[:170]} | cause: {_one(root)[:170]}"
+    return text[:300]
+
+
+def _one(exc: BaseException) -> str:
     plain = re.sub(r"\x1b\[[0-9;]*m", "", str(exc))  # the ONNX exporter colours its messages
     lines = [line.strip() for line in plain.splitlines() if line.strip()]
     first = lines[0] if lines else ""
@@ -50,7 +61,7 @@ def reason_of(exc: BaseException) -> str:
         where = frames[-1].filename.replace("\\", "/")
         where = where.split("/hfexport/")[-1] if "/hfexport/" in where else where.split("/transformers/")[-1]
         text += f" ({where}:{frames[-1].lineno})"
-    return text[:300]
+    return text
 
 
 def _exporter_and_config(backend: str, dynamic: bool) -> tuple[Any, Any]:
