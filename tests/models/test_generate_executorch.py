@@ -38,8 +38,27 @@ UNSUPPORTED = {
     "(see tests/models/test_executorch_parity.py)",
 }
 
-CASES = [pytest.param(*c, id=f"{c[0]}-{c[1]}-{'multi' if c[2] else 'single'}") for c in DEFAULT] + [
-    pytest.param(*c, id=f"{c[0]}-{c[1]}-{'multi' if c[2] else 'single'}", marks=pytest.mark.sweep) for c in SWEEP]
+_LIFTED = ("ExecuTorch to_edge's verifier rejects the traced {}: 'Input spec name _lifted_tensor_constant0 does not "
+           "match node name ...' (a lifted tensor constant placeholder after the user inputs; executorch.exir "
+           "to_edge / torch._export.verifier, executorch 1.5.1)")
+# (family, cache, multi) -> what fails, measured in the sweep; strict, so a fix upstream shows up as XPASS
+KNOWN_FAILURES = {
+    ("whisper", "static", True): _LIFTED.format("WhisperEncoder"),
+    ("whisper", "dynamic", False): _LIFTED.format("WhisperEncoder"),
+    ("mamba", "dynamic", False): "Method.execute's set_inputs refuses a decode input (error 0x12, InvalidArgument): "
+    "the Mamba trace pins dims to the capture's (see the batch in test_executorch_parity); not diagnosed further",
+}
+
+
+def _marks(case):
+    marks = [pytest.mark.sweep] if case not in DEFAULT else []
+    if case in KNOWN_FAILURES:
+        marks.append(pytest.mark.xfail(strict=True, reason=KNOWN_FAILURES[case]))
+    return marks
+
+
+CASES = [pytest.param(*c, id=f"{c[0]}-{c[1]}-{'multi' if c[2] else 'single'}", marks=_marks(c))
+         for c in DEFAULT + SWEEP]
 
 
 @pytest.mark.parametrize("family,cache,multi", CASES)
@@ -78,7 +97,9 @@ def test_greedy_tokens_equal_eager(family, cache, multi, tmp_path):
 
 
 @pytest.mark.sweep
-@pytest.mark.parametrize("name", ["qwen2_vl", "llava"])
+@pytest.mark.parametrize("name", [
+    pytest.param("qwen2_vl", marks=pytest.mark.xfail(strict=True, reason=_LIFTED.format("Qwen2VLTextModel"))),
+    "llava"])
 def test_image_text_to_text_generates_like_eager(name):
     case = TINY_CASES[name]
     model = case.build()

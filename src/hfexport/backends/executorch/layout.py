@@ -12,13 +12,13 @@ from typing import Any
 
 from torch.export.graph_signature import InputKind, OutputKind, TensorArgument
 
-from ...metadata import ExportMetadata, IORole, TensorSpec
+from ...metadata import ExportMetadata, IORole, TensorSpec, shape_of
 
 __all__ = ["record_program_outputs"]
 
 
 def record_program_outputs(manager: Any, metadata: ExportMetadata, method: str = "forward") -> None:
-    """Set ``metadata.outputs`` to the outputs of ``manager``'s ``method``, mutations first, in place."""
+    """Set ``metadata.outputs`` to the outputs of ``manager``'s ``method``, in the program's order, in place."""
     signature = manager.exported_program(method).graph_signature
     user_inputs = [s for s in signature.input_specs if s.kind == InputKind.USER_INPUT
                    and isinstance(s.arg, TensorArgument)]
@@ -27,15 +27,24 @@ def record_program_outputs(manager: Any, metadata: ExportMetadata, method: str =
             f"the lowered program takes {len(user_inputs)} tensor inputs, the traced one {len(metadata.inputs)}"
         )
     by_placeholder = {s.arg.name: spec for s, spec in zip(user_inputs, metadata.inputs)}
-    mutations = []
-    for spec in signature.output_specs:
+    program = manager.exported_program(method)
+    values = list(program.graph.output_node().args[0])
+    user = iter([s for s in metadata.outputs if s.role in (IORole.OUTPUT, IORole.CACHE_OUTPUT)])
+    outputs = []
+    for spec, node in zip(signature.output_specs, values):
         if spec.kind == OutputKind.USER_INPUT_MUTATION:
             target = by_placeholder[spec.target]
             target.mutated = True
-            mutations.append(TensorSpec(name=target.name, role=IORole.MUTATION, dtype=target.dtype,
-                                        shape=list(target.shape), target=target.name))
-        elif spec.kind not in (OutputKind.USER_OUTPUT, OutputKind.BUFFER_MUTATION):
-            # a BUFFER_MUTATION is written back inside the program; the runner checks the output count holds
+            outputs.append(TensorSpec(name=target.name, role=IORole.MUTATION, dtype=target.dtype,
+                                      shape=list(target.shape), target=target.name))
+        elif spec.kind == OutputKind.BUFFER_MUTATION:  # the program returns a buffer it updates, too
+            val = node.meta.get("val") if hasattr(node, "meta") else None
+            outputs.append(TensorSpec(name=f"buffer.{spec.target}", role=IORole.STATE,
+                                      dtype=str(val.dtype).removeprefix("torch.") if val is not None else "float32",
+                                      shape=shape_of(val) if val is not None else [], target=spec.target))
+        elif spec.kind == OutputKind.USER_OUTPUT:
+            if isinstance(spec.arg, TensorArgument):  # a constant (None, an int) is in metadata.out_constants
+                outputs.append(next(user))
+        else:
             raise RuntimeError(f"unsupported output kind {spec.kind} in the lowered program")
-    user = [s for s in metadata.outputs if s.role in (IORole.OUTPUT, IORole.CACHE_OUTPUT)]
-    metadata.outputs = mutations + user
+    metadata.outputs = outputs

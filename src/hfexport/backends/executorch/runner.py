@@ -83,7 +83,8 @@ class ExecutorchRunner(ModelRunner):
 
     def run_flat(self, inputs: list[torch.Tensor], *, share_outputs: bool) -> list[Any]:
         feed = [t if t.is_contiguous() else t.contiguous() for t in inputs]
-        outputs = list(self.method.execute(feed))
+        # a constant output (None, an int) comes back as its value; the metadata keeps it in out_constants
+        outputs = [o for o in self.method.execute(feed) if isinstance(o, torch.Tensor)]
         if len(outputs) != len(self.metadata.outputs):
             raise UnsupportedError(
                 f"the program returned {len(outputs)} outputs, its metadata lists {len(self.metadata.outputs)}; was "
