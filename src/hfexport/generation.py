@@ -75,9 +75,13 @@ class _Selector:
         self.pad = gen.pad_token_id if gen.pad_token_id is not None else (int(self.eos[0]) if self.eos is not None else 0)
         self.unfinished = torch.ones(batch, dtype=torch.bool)
         self.warpers = _warpers(gen)
+        self.steps = 0
 
     def __call__(self, sequences: torch.Tensor, logits: torch.Tensor) -> torch.Tensor:
         logits = logits.float()
+        if self.eos is not None and self.steps < (self.gen.min_new_tokens or 0):
+            logits = logits.index_fill(-1, self.eos, float("-inf"))  # no EOS before min_new_tokens, as eager
+        self.steps += 1
         if self.gen.do_sample:
             scores = self.warpers(sequences, logits)
             token = torch.multinomial(torch.softmax(scores, dim=-1), num_samples=1).squeeze(1)

@@ -98,6 +98,12 @@ def test_eos_stops_rows_and_pads_like_eager():
     got = exported.generate(**prompt, max_new_tokens=12, eos_token_id=eos, pad_token_id=0)
     assert torch.equal(got, expected)
     assert (got[0, 9 + 4 :] == 0).all() or got.shape[1] < 9 + 12
+    # min_new_tokens holds EOS back for that many steps, as eager's MinNewTokensLengthLogitsProcessor does
+    with torch.no_grad():
+        expected = model.generate(**prompt, max_new_tokens=12, min_new_tokens=8, do_sample=False, eos_token_id=eos,
+                                  pad_token_id=0)
+    got = exported.generate(**prompt, max_new_tokens=12, min_new_tokens=8, eos_token_id=eos, pad_token_id=0)
+    assert got.shape[1] >= 9 + 8 and torch.equal(got, expected)
 
 
 def test_sampling_is_reproducible_with_a_seed_and_respects_top_k():
