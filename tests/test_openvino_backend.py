@@ -198,3 +198,13 @@ def test_beam_search_is_refused_by_name_where_the_cache_cannot_be_reordered(stat
 
 def test_workarounds_that_fired_are_recorded(stateful):
     assert "openvino-sdpa-masked-rows" in stateful.components["decode"].metadata.workarounds
+
+
+def test_a_single_prompt_export_generates_like_eager(model):
+    """A batch-1 sample (one prompt, the usual case) has its batch axis fixed by torch.export: the state variables
+    keep that fixed size (their initial value once took beam_idx's dynamic batch, and the export failed)."""
+    exported = OpenVINOExporter().export_for_generation(model, CASE.inputs(1, 6), OpenVINOConfig(dynamic=True))
+    prompt = CASE.inputs(1, 9)
+    with torch.no_grad():
+        expected = model.generate(**prompt, max_new_tokens=10, do_sample=False)
+    assert torch.equal(exported.generate(**prompt, max_new_tokens=10, do_sample=False), expected)

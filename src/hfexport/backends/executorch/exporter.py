@@ -75,19 +75,6 @@ class ExecutorchExporter(HfExporter):
         self.phase_timings.append(timings)
         return lowered[0], metadata
 
-    def serves_prefill(self, decode: Any, prefill_inputs: Mapping[str, Any], multi_token_decode: bool) -> bool:
-        """A multi-token decode over a static cache also runs the prefill (the whole prompt on the empty cache, as
-        the spec's decode loop does): one program, the weights stored once, and half the export time."""
-        metadata = decode.metadata
-        cache_key = next((k for k, v in metadata.kwargs.items() if v.get("kind") == "cache"), None)
-        if not multi_token_decode or cache_key is None or metadata.kwargs[cache_key].get("type") != "StaticCache":
-            return False
-        ids = next((s for s in metadata.inputs if s.name == "input_ids"), None)
-        if ids is None or len(ids.shape) != 2 or not isinstance(ids.shape[1], str):
-            return False  # the query axis was fixed at trace time: the program cannot take a whole prompt
-        tensors = {k for k, v in prefill_inputs.items() if isinstance(v, torch.Tensor)}
-        return tensors <= set(metadata.kwargs)
-
     # --- files --------------------------------------------------------------------------------------------------
 
     def program_suffix(self) -> str:
@@ -102,18 +89,6 @@ class ExecutorchExporter(HfExporter):
             return
         with open(path, "wb") as file:
             program.write_to_file(file)
-
-    def save_programs(self, programs: Mapping[str, Any], directory: Path) -> dict[str, list[str]]:
-        """A program serving several components (a static-cache prefill run by the decode program) is written
-        once, named after the last of them."""
-        files = {id(program): f"{name}{self.program_suffix()}" for name, program in programs.items()}
-        written = set()
-        for program in programs.values():
-            filename = files[id(program)]
-            if filename not in written:
-                self.save_program(program, Path(directory) / filename)
-                written.add(filename)
-        return {name: [files[id(p)]] for name, p in programs.items()}
 
     def load_program(self, path: str | Path) -> Any:
         """The ``.pte`` as an ``executorch.runtime.Program`` (the spec's contract: the export-time

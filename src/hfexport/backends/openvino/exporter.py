@@ -78,19 +78,6 @@ class OpenVINOExporter(HfExporter):
             make_stateful(model, metadata)
         return model
 
-    def serves_prefill(self, decode: Any, prefill_inputs: Mapping[str, Any], multi_token_decode: bool) -> bool:
-        """A multi-token decode over a static cache also runs the prefill (the prompt on the empty cache): one IR,
-        the weights stored once."""
-        metadata = decode.metadata
-        cache_key = next((k for k, v in metadata.kwargs.items() if v.get("kind") == "cache"), None)
-        if not multi_token_decode or cache_key is None or metadata.kwargs[cache_key].get("type") != "StaticCache":
-            return False
-        ids = next((s for s in metadata.inputs if s.name == "input_ids"), None)
-        if ids is None or len(ids.shape) != 2 or not isinstance(ids.shape[1], str):
-            return False
-        tensors = {k for k, v in prefill_inputs.items() if isinstance(v, torch.Tensor)}
-        return tensors <= set(metadata.kwargs)
-
     # --- files --------------------------------------------------------------------------------------------------
 
     def program_suffix(self) -> str:
@@ -107,11 +94,7 @@ class OpenVINOExporter(HfExporter):
             filename = f"{self.program_filename}{self.program_suffix()}"
             self.save_program(next(iter(distinct.values())), Path(directory) / filename)
             return {name: self.program_files(filename) for name in programs}
-        files = {id(program): f"{name}{self.program_suffix()}" for name, program in programs.items()}
-        for name, program in programs.items():
-            if files[id(program)] == f"{name}{self.program_suffix()}":
-                self.save_program(program, Path(directory) / files[id(program)])
-        return {name: self.program_files(files[id(p)]) for name, p in programs.items()}
+        return super().save_programs(programs, directory)
 
     def save_program(self, program: Any, path: str | Path) -> None:
         """Write ``path`` (the graph, ``.xml``) and its weights (``.bin``); already-compressed weights stay as they

@@ -78,8 +78,11 @@ def make_stateful(model: Any, metadata: ExportMetadata) -> dict[str, str]:
             # the CPU plugin compiles no dynamic-shape ReadValue without an initial value: zeros with the batch of
             # beam_idx and every other dynamic dim empty (a growing cache before its first token); the runner loads
             # the caller's cache at each new sequence, so a static cache starts from the caller's zeros
-            dims = [batch] + [ops.constant(np.array([d.get_length() if d.is_static else 0], dtype=np.int64))
-                              for d in list(shape)[1:]]
+            # (a batch axis that torch.export fixed, as it does for a batch-1 sample, stays that fixed size)
+            first = shape[0]
+            dims = [ops.constant(np.array([first.get_length()], dtype=np.int64)) if first.is_static else batch]
+            dims += [ops.constant(np.array([d.get_length() if d.is_static else 0], dtype=np.int64))
+                     for d in list(shape)[1:]]
             zeros = ops.broadcast(ops.constant(np.array(0, dtype=element.to_dtype())), ops.concat(dims, 0))
             state = read_value(zeros, variable).output(0)
         value = state if element == param.get_element_type() else ops.convert(state, param.get_element_type()).output(0)
