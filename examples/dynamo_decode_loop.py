@@ -38,7 +38,8 @@ MAX_CACHE_LEN = 64
 
 
 def export_decode(model_dir: str | None, output: Path, max_cache_len: int) -> None:
-    """Preamble: export prefill + multi-token decode with a static cache, and save them to ``output``."""
+    """Preamble: export the multi-token decode over a static cache (it also serves the prefill: one ``decode.pt2``)
+    and save it to ``output``."""
     from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
 
     from hfexport import DynamoConfig, DynamoExporter

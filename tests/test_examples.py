@@ -8,6 +8,7 @@ written, so a failure here means our export does not honour the guide's contract
 from __future__ import annotations
 
 import ast
+import json
 import os
 import subprocess
 import sys
@@ -77,8 +78,12 @@ def saved(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, subprocess.Co
 
 def test_example_writes_the_export(saved):
     output, proc = saved
-    for name in ("decode.pt2", "prefill.pt2", "export.json", "config.json", "generation_config.json"):
+    for name in ("decode.pt2", "export.json", "config.json", "generation_config.json"):
         assert (output / name).is_file(), f"{name} missing after the example's export; stderr:\n{proc.stderr[-3000:]}"
+    # the multi-token decode over the static cache also serves the prefill: one program, the weights stored once
+    assert not (output / "prefill.pt2").exists()
+    manifest = json.loads((output / "export.json").read_text())
+    assert {c["program"] for c in manifest["components"].values()} == {"decode.pt2"}
 
 
 def test_example_loop_matches_eager_generate(saved):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 import os
@@ -249,8 +250,10 @@ def test_crash_while_writing_a_component_keeps_the_previous_export(tmp_path, tin
     expected = _logits(ExportedModel.from_pretrained(directory), tiny_export.inputs)
 
     component_b = tiny_export_b.exported.components["model"]
+    # two distinct programs (components sharing one program object share its file, written once)
+    second = ExportedComponent(copy.copy(component_b.program), component_b.metadata)
     two_components = ExportedModel(
-        {"model": component_b, "second": component_b}, "dynamo", config=tiny_export_b.exported.config
+        {"model": component_b, "second": second}, "dynamo", config=tiny_export_b.exported.config
     )
     real_save = hfexport.DynamoExporter.save_program
     calls = []
