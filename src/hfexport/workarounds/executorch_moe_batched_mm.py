@@ -10,24 +10,8 @@ ExecuTorch ships a grouped matmul kernel.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
-
+from .moe_experts import use_batched_mm_experts, uses_grouped_mm_experts
 from .registry import Workaround, register_workaround
-
-def _applies(model: Any, inputs: dict) -> bool:
-    can_set = getattr(model, "_can_set_experts_implementation", None)
-    if not callable(can_set) or not can_set() or not callable(getattr(model, "get_experts_implementation", None)):
-        return False
-    # the implementation transformers resolved for this model (``None`` was resolved to grouped_mm or eager)
-    return getattr(model.config, "_experts_implementation_internal", None) == "grouped_mm"
-
-
-def _apply(model: Any, inputs: dict) -> Callable[[], None]:
-    before = model.get_experts_implementation()
-    model.set_experts_implementation("batched_mm")
-    return lambda: model.set_experts_implementation(before)
-
 
 register_workaround(
     Workaround(
@@ -38,7 +22,7 @@ register_workaround(
         "ExecuTorch kernel: XNNPACK does not delegate them and the portable kernels lack _grouped_mm.out",
         upstream=None,
         versions={"executorch": ">=1.0,<1.6"},
-        apply=_apply,
-        applies=_applies,
+        apply=use_batched_mm_experts,
+        applies=uses_grouped_mm_experts,
     )
 )
