@@ -131,11 +131,33 @@ class ModelRunner:
     def flatten(self, inputs: Mapping[str, Any], copy: bool = False) -> list[torch.Tensor]:
         """The tensor inputs in the program's order, cast to the traced dtypes."""
         leaves = [leaf for leaf in pytree.tree_leaves(dict(inputs)) if isinstance(leaf, torch.Tensor)]
+        return self.cast_inputs(self._checked(leaves), copy)
+
+    def flat_leaves(self, inputs: Mapping[str, Any]) -> list[torch.Tensor]:
+        """The tensor leaves of ``inputs`` in the program's order, caches read through their tensor leaves without
+        building a pytree context (cheaper per decode step than :meth:`flatten`'s tree walk)."""
+        from .capture.caches import is_cache, tensor_leaves
+
+        leaves: list[Any] = []
+        for value in inputs.values():
+            if isinstance(value, torch.Tensor):
+                leaves.append(value)
+            elif is_cache(value):
+                leaves.extend(tensor_leaves(value))
+            else:
+                leaves.extend(leaf for leaf in pytree.tree_leaves(value) if isinstance(leaf, torch.Tensor))
+        return self._checked(leaves)
+
+    def _checked(self, leaves: list[torch.Tensor]) -> list[torch.Tensor]:
         if len(leaves) != len(self._tensor_inputs):
             names = [s.name for s in self._tensor_inputs]
             raise UnsupportedError(
                 f"the inputs flatten to {len(leaves)} tensors but the export takes {len(names)}: {names}"
             )
+        return leaves
+
+    def cast_inputs(self, leaves: list[torch.Tensor], copy: bool) -> list[torch.Tensor]:
+        """Each leaf in its traced dtype; ``copy`` clones the ones a cast did not already copy."""
         flat = []
         for leaf, dtype in zip(leaves, self._input_dtypes):
             if leaf.dtype != dtype:

@@ -16,7 +16,6 @@ import numpy as np
 import torch
 import torch.utils._pytree as pytree
 
-from ...capture.caches import is_cache, tensor_leaves
 from ...configs import ExportFormat
 from ...errors import UnsupportedError
 from ...metadata import ExportMetadata
@@ -103,8 +102,8 @@ class OnnxRunner(ModelRunner):
     # --- calling ------------------------------------------------------------------------------------------------
 
     def run(self, inputs: dict[str, Any], *, share_inputs: bool, share_outputs: bool) -> Any:
-        leaves = self._leaves(inputs)
-        flat = self._cast(leaves, copy=not share_inputs)
+        leaves = self.flat_leaves(inputs)
+        flat = self.cast_inputs(leaves, copy=not share_inputs)
         outputs = self.run_flat(flat, share_outputs=share_outputs)
         cache = inputs.get(self._cache_key) if self._same_cache is not None else None
         # the caller's cache object is the answer only if its own tensors were the ones updated (not cast copies)
@@ -114,33 +113,7 @@ class OnnxRunner(ModelRunner):
 
     def flatten(self, inputs: dict[str, Any], copy: bool = False) -> list[torch.Tensor]:
         """As :meth:`ModelRunner.flatten`, with caches flattened without building their tree context."""
-        return self._cast(self._leaves(inputs), copy)
-
-    def _leaves(self, inputs: dict[str, Any]) -> list[torch.Tensor]:
-        leaves: list[Any] = []
-        for value in inputs.values():
-            if isinstance(value, torch.Tensor):
-                leaves.append(value)
-            elif is_cache(value):
-                leaves.extend(tensor_leaves(value))
-            else:
-                leaves.extend(leaf for leaf in pytree.tree_leaves(value) if isinstance(leaf, torch.Tensor))
-        if len(leaves) != len(self._tensor_inputs):
-            names = [s.name for s in self._tensor_inputs]
-            raise UnsupportedError(
-                f"the inputs flatten to {len(leaves)} tensors but the export takes {len(names)}: {names}"
-            )
-        return leaves
-
-    def _cast(self, leaves: list[torch.Tensor], copy: bool) -> list[torch.Tensor]:
-        flat = []
-        for leaf, dtype in zip(leaves, self._input_dtypes):
-            if leaf.dtype != dtype:
-                leaf = leaf.to(dtype)
-            elif copy:
-                leaf = leaf.clone()
-            flat.append(leaf)
-        return flat
+        return self.cast_inputs(self.flat_leaves(inputs), copy)
 
     def run_flat(self, inputs: list[torch.Tensor], *, share_outputs: bool) -> list[Any]:
         binding = self._binding

@@ -22,7 +22,6 @@ import numpy as np
 import torch
 import torch.utils._pytree as pytree
 
-from ...capture.caches import is_cache, tensor_leaves
 from ...configs import ExportFormat
 from ...errors import UnsupportedError
 from ...metadata import ExportMetadata
@@ -162,25 +161,8 @@ class OpenVINORunner(ModelRunner):
         return self.unflatten(outputs)
 
     def flatten(self, inputs: dict[str, Any], copy: bool = False) -> list[torch.Tensor]:
-        leaves: list[Any] = []
-        for value in inputs.values():
-            if isinstance(value, torch.Tensor):
-                leaves.append(value)
-            elif is_cache(value):
-                leaves.extend(tensor_leaves(value))
-            else:
-                leaves.extend(leaf for leaf in pytree.tree_leaves(value) if isinstance(leaf, torch.Tensor))
-        if len(leaves) != len(self._tensor_inputs):
-            names = [s.name for s in self._tensor_inputs]
-            raise UnsupportedError(f"the inputs flatten to {len(leaves)} tensors but the export takes {len(names)}: {names}")
-        flat = []
-        for leaf, dtype in zip(leaves, self._input_dtypes):
-            if leaf.dtype != dtype:
-                leaf = leaf.to(dtype)
-            elif copy:
-                leaf = leaf.clone()
-            flat.append(leaf.detach().cpu())
-        return flat
+        """As :meth:`ModelRunner.flatten` (caches without their tree context), on the CPU for OpenVINO."""
+        return [leaf.detach().cpu() for leaf in self.cast_inputs(self.flat_leaves(inputs), copy)]
 
     def run_flat(self, inputs: list[torch.Tensor], *, share_outputs: bool) -> list[Any]:
         feed = {}
