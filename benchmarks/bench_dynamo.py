@@ -466,7 +466,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--overhead-tokens", type=int, default=200)
     parser.add_argument("--quick", action="store_true", help="16 tokens, 1 round (smoke test)")
-    parser.add_argument("--results", type=Path, default=HERE / "RESULTS.md")
+    parser.add_argument("--results", type=Path, default=HERE / "RESULTS_DYNAMO.md")
     parser.add_argument("--budget-s", type=float, default=570,
                         help="skip further rounds when the next one would end the run past this (default 570 s)")
     parser.add_argument("--gqa-experiment", action="store_true",

@@ -1,9 +1,11 @@
 """Entry point of ``make bench``: run every backend's benchmark, one after the other, on this machine.
 
-Each benchmark writes its own results file: bench_dynamo -> benchmarks/RESULTS.md, bench_onnx ->
+Each benchmark writes its own results file: bench_dynamo -> benchmarks/RESULTS_DYNAMO.md, bench_onnx ->
 benchmarks/RESULTS_ONNX.md (eager PyTorch and transformers' own exporter side by side in the same run), and so on for
-each module named in BENCHES. Arguments are passed on to every one of them, e.g. ``python benchmarks/run.py --quick``
-for a smoke run; ``--only onnx`` runs one. Exit status 1 when any export's greedy tokens differ from eager PyTorch's.
+each module named in BENCHES. Then ``summary.py`` puts the rows of all of them into one table,
+benchmarks/RESULTS.md, with the roofline line and a chart (RESULTS.png). Arguments are passed on to every one of them,
+e.g. ``python benchmarks/run.py --quick`` for a smoke run (no summary); ``--only onnx`` runs one (the summary is redone
+from the results on disk). Exit status 1 when any export's greedy tokens differ from eager PyTorch's.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 # one module per backend, in the order they run; each has main(argv) -> exit status
-BENCHES = ["bench_dynamo", "bench_onnx", "bench_executorch", "bench_quantized", "bench_openvino"]
+BENCHES = ["bench_dynamo", "bench_onnx", "bench_executorch", "bench_quantized", "bench_openvino", "bench_prefill"]
 
 
 def _ensure_hfexport_importable() -> None:
@@ -42,6 +44,9 @@ def main(argv: list[str] | None = None) -> int:
         if only is None or name in only:
             print(f"[bench] ===== {name} =====", flush=True)
             status = max(status, importlib.import_module(name).main(argv))
+    if "--quick" not in argv:
+        print("[bench] ===== summary =====", flush=True)
+        status = max(status, importlib.import_module("summary").main([]))
     return status
 
 

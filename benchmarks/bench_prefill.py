@@ -1,0 +1,205 @@
+"""Prefill latency for a 512-token prompt, and forward parity on it, per backend, on SmolLM2-135M (CPU).
+
+What runs:
+
+- Eager PyTorch ``model.generate`` (dynamic cache): the reference tokens and the reference prefill time.
+- Per backend, the generation recipe ``make demo`` uses, sized for the long prompt: ``export_for_generation`` with a
+  static cache of ``--cache-len`` (640 = 512 + 128) and a multi-token decode graph that also runs the prompt (ONNX with
+  ``ort_fusions="cpu"``), saved and loaded back; ``generate`` of ``--new-tokens`` after the 512-token prompt.
+  Prefill = from the ``generate`` call to the first new token (the same ``TimingStreamer`` for eager and exports);
+  best of ``--repeats``; the greedy tokens must equal eager's.
+- Forward parity: a plain ``export`` (no cache) of the same model, run on the 512-token prompt; the max abs diff of
+  its logits against eager's (bound: 1e-4 for Dynamo and ONNX, 1e-3 for OpenVINO and ExecuTorch, whose kernels
+  reassociate sums).
+
+ExecuTorch is left out unless ``--backends`` names it: its SmolLM2 export takes minutes (see RESULTS_EXECUTORCH.md).
+
+    python benchmarks/bench_prefill.py                      # dynamo, onnx, openvino; writes RESULTS_PREFILL.md/json
+    python benchmarks/bench_prefill.py --backends executorch
+    python benchmarks/bench_prefill.py --quick              # 64-token prompt, 4 new tokens, dynamo only, writes nothing
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+HERE = Path(__file__).resolve().parent
+DEFAULT_BACKENDS = ("dynamo", "onnx", "openvino")
+RECIPE_OPTIONS = {"onnx": {"ort_fusions": "cpu"}}
+TOLERANCE = {"dynamo": 1e-4, "onnx": 1e-4, "openvino": 1e-3, "executorch": 1e-3}
+TEXT = (
+    "The history of the printing press begins in the fifteenth century, when Johannes Gutenberg combined movable "
+    "metal type, oil-based inks and a wooden screw press into a system that could produce books quickly and "
+    "cheaply. Before that, texts were copied by hand, which made them rare and expensive. "
+)
+
+
+def _ensure_importable() -> None:
+    try:
+        import hfexport  # noqa: F401
+    except ImportError:
+        sys.path.insert(0, str(HERE.parent / "src"))
+
+
+def long_prompt(tokenizer: Any, length: int) -> dict[str, torch.Tensor]:
+    """Exactly ``length`` tokens of English text (the text repeated), batch 1."""
+    ids = tokenizer(TEXT * (length // 20 + 1), return_tensors="pt")["input_ids"][:, :length]
+    if ids.shape[1] != length:
+        raise ValueError(f"the prompt text gives {ids.shape[1]} tokens, fewer than {length}")
+    return {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
+
+
+def _timed(generate: Any, prompt: dict, new_tokens: int) -> tuple[list[int], float]:
+    from hfexport.run_cli import TimingStreamer
+
+    timer = TimingStreamer()
+    out = generate(**prompt, max_new_tokens=new_tokens, min_new_tokens=new_tokens, do_sample=False, streamer=timer)
+    return out[0, prompt["input_ids"].shape[1]:].tolist(), timer.stats()["prefill_s"]
+
+
+def _best(generate: Any, prompt: dict, new_tokens: int, repeats: int) -> tuple[list[int], float]:
+    tokens, best = None, float("inf")
+    for _ in range(repeats):
+        got, prefill = _timed(generate, prompt, new_tokens)
+        if tokens is not None and got != tokens:
+            raise AssertionError("two runs of the same export gave different tokens")
+        tokens, best = got, min(best, prefill)
+    return tokens, best
+
+
+def bench_backend(backend: str, model: Any, tokenizer: Any, prompt: dict, args: argparse.Namespace,
+                  workdir: Path, eager_logits: torch.Tensor) -> dict:
+    from hfexport import ExportedModel
+    from hfexport.configs import AutoExportConfig
+    from hfexport.registry import AutoHfExporter
+    from hfexport.validation import compare_outputs
+
+    row: dict[str, Any] = {"backend": backend}
+    options = {"export_format": backend, "dynamic": True}
+    config = AutoExportConfig.from_dict({**options, **RECIPE_OPTIONS.get(backend, {})})
+    gen = copy.deepcopy(model.generation_config)
+    gen.do_sample, gen.cache_implementation, gen.max_cache_len = False, "static", args.cache_len
+    sample = dict(tokenizer(["Hello, world!"], return_tensors="pt"))
+    start = time.perf_counter()
+    exported = AutoHfExporter.from_config(config).export_for_generation(
+        model, sample, config, generation_config=gen, multi_token_decode=True)
+    row["generate_export_s"] = time.perf_counter() - start
+    exported.save_pretrained(workdir / f"{backend}-generate")
+    del exported
+    exported = ExportedModel.from_pretrained(workdir / f"{backend}-generate")
+    _timed(exported.generate, prompt, 2)  # warm-up: first-call allocations and kernel selection
+    row["tokens"], row["prefill_s"] = _best(exported.generate, prompt, args.new_tokens, args.repeats)
+    del exported
+
+    plain = AutoExportConfig.from_dict(options)
+    start = time.perf_counter()
+    forward = AutoHfExporter.from_config(plain).export(model, sample, config=plain)
+    row["forward_export_s"] = time.perf_counter() - start
+    got = forward(**prompt)
+    report = compare_outputs(got.logits, eager_logits)
+    row["max_abs_diff"] = report["max_abs_diff"]
+    row["parity_ok"] = not report["problems"] and report["max_abs_diff"] <= TOLERANCE[backend]
+    return row
+
+
+def run(args: argparse.Namespace) -> dict:
+    from hfexport.models.packaged import packaged
+
+    torch.manual_seed(0)
+    model, tokenizer = packaged("smollm2")
+    prompt = long_prompt(tokenizer, args.prompt_len)
+    with torch.no_grad():
+        eager_logits = model(**prompt).logits
+        _timed(model.generate, prompt, 2)
+        eager_tokens, eager_prefill = _best(model.generate, prompt, args.new_tokens, args.repeats)
+    report: dict[str, Any] = {
+        "prompt_tokens": args.prompt_len, "new_tokens": args.new_tokens, "cache_len": args.cache_len,
+        "repeats": args.repeats, "load_start": os.getloadavg(),
+        "eager": {"prefill_s": eager_prefill, "tokens": eager_tokens}, "backends": {},
+    }
+    with tempfile.TemporaryDirectory(prefix="hfexport-prefill-") as tmp:
+        for backend in args.backends:
+            print(f"[bench-prefill] {backend}: export (static cache {args.cache_len}) and a {args.prompt_len}-token "
+                  "prefill ...", flush=True)
+            try:
+                row = bench_backend(backend, model, tokenizer, prompt, args, Path(tmp), eager_logits)
+            except Exception as error:  # one backend failing must not hide the others' numbers
+                row = {"backend": backend, "error": f"{type(error).__name__}: {str(error)[:300]}"}
+            row["same_tokens"] = row.get("tokens") == eager_tokens
+            report["backends"][backend] = row
+            print(f"[bench-prefill]   {render_row(row, eager_prefill)}", flush=True)
+    report["load_end"] = os.getloadavg()
+    return report
+
+
+def render_row(row: dict, eager_prefill: float) -> str:
+    if "error" in row:
+        return f"{row['backend']}: failed: {row['error']}"
+    return (f"{row['backend']}: prefill {row['prefill_s'] * 1e3:.0f} ms ({eager_prefill / row['prefill_s']:.2f}x "
+            f"eager), same tokens {row['same_tokens']}, forward max abs diff {row['max_abs_diff']:.1e}")
+
+
+def render(report: dict) -> str:
+    eager = report["eager"]["prefill_s"]
+    load = lambda values: "/".join(f"{v:.1f}" for v in values)  # noqa: E731
+    lines = [
+        f"## Prefill latency, {report['prompt_tokens']}-token prompt (SmolLM2-135M, fp32, batch 1, CPU)",
+        "",
+        f"`python benchmarks/bench_prefill.py`. Each backend's generation recipe with a static cache of "
+        f"{report['cache_len']} and one multi-token graph; prefill = `generate()` call to the first new token, best "
+        f"of {report['repeats']}; tokens = the first {report['new_tokens']} greedy tokens against eager's. Forward "
+        f"parity: a plain export's logits on the same prompt against eager's. Load average at start/end: "
+        f"{load(report['load_start'])} / {load(report['load_end'])}.",
+        "",
+        "| run | prefill ms | vs eager | same tokens | forward max abs diff | generate export s | forward export s |",
+        "|---|---|---|---|---|---|---|",
+        f"| eager `model.generate` (dynamic cache) | {eager * 1e3:.0f} | 1.00x | – | – | – | – |",
+    ]
+    for name, row in report["backends"].items():
+        if "error" in row:
+            lines.append(f"| {name} | failed: {row['error'].replace('|', '/')} | | | | | |")
+            continue
+        lines.append(
+            f"| {name} | {row['prefill_s'] * 1e3:.0f} | {eager / row['prefill_s']:.2f}x | "
+            f"{'yes' if row['same_tokens'] else '**NO**'} | {row['max_abs_diff']:.1e}"
+            f"{'' if row['parity_ok'] else ' **over the bound**'} | {row['generate_export_s']:.1f} | "
+            f"{row['forward_export_s']:.1f} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--backends", type=lambda v: tuple(v.split(",")), default=DEFAULT_BACKENDS)
+    parser.add_argument("--prompt-len", type=int, default=512)
+    parser.add_argument("--new-tokens", type=int, default=8)
+    parser.add_argument("--cache-len", type=int, default=640)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--quick", action="store_true", help="64-token prompt, 4 new tokens, dynamo, writes nothing")
+    parser.add_argument("--results", type=Path, default=HERE / "RESULTS_PREFILL.md")
+    args, _ = parser.parse_known_args(argv)  # make bench passes every benchmark's options to each
+    if args.quick:
+        args.backends, args.prompt_len, args.new_tokens, args.cache_len, args.repeats = ("dynamo",), 64, 4, 96, 1
+    _ensure_importable()
+    report = run(args)
+    text = render(report)
+    print(text)
+    if not args.quick:
+        args.results.write_text(text)
+        args.results.with_suffix(".json").write_text(json.dumps(report, indent=1))
+        print(f"[bench-prefill] wrote {args.results}")
+    rows = report["backends"].values()
+    return 0 if all(r.get("same_tokens") and r.get("parity_ok") for r in rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
