@@ -1,0 +1,81 @@
+"""OpenVINO: a tensor that a program returns twice is returned the second time through an op of its own.
+
+A model output that holds one tensor in two places (CLIP's vision tower with ``output_hidden_states``: its
+``last_hidden_state`` is also the last entry of ``hidden_states``) makes the ``ExportedProgram``'s output node list
+one FX node twice, and OpenVINO's PyTorch frontend then fails at ``translate_session.cpp`` with "Tensor name is not a
+number: <node name>" (seen with openvino 2026.3.1; an ``aten.clone`` does not help, the frontend makes it an
+identity). This wraps ``openvino.convert_model`` so that each repeat of an output becomes ``x * 1`` (``x & x`` for a
+bool), a distinct node, before conversion; ``name_ports`` then names every result after its signature entry as
+usual. Drop it once the frontend converts a program that returns one node twice (no upstream issue known).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .registry import Workaround, patch_attribute, register_workaround
+
+__all__ = ["split_repeated_outputs"]
+
+
+def split_repeated_outputs(program: Any) -> int:
+    """Give every repeated output of ``program`` (an ``ExportedProgram``) a node of its own, in place; returns how
+    many outputs were rewritten."""
+    import torch
+
+    graph = program.graph
+    output = next(n for n in reversed(graph.nodes) if n.op == "output")
+    values = list(output.args[0])
+    specs = program.graph_signature.output_specs
+    seen: set[Any] = set()
+    count = 0
+    for i, value in enumerate(values):
+        if not isinstance(value, torch.fx.Node):
+            continue
+        if value in seen:
+            val = value.meta.get("val")
+            is_bool = getattr(val, "dtype", None) is torch.bool
+            with graph.inserting_before(output):
+                if is_bool:
+                    copy = graph.call_function(torch.ops.aten.logical_and.default, (value, value))
+                else:
+                    copy = graph.call_function(torch.ops.aten.mul.Tensor, (value, 1))
+            copy.meta = dict(value.meta)
+            values[i] = copy
+            if i < len(specs) and getattr(specs[i].arg, "name", None) == value.name:
+                specs[i].arg.name = copy.name
+            count += 1
+        seen.add(value)
+    if count:
+        output.args = (tuple(values), *output.args[1:])
+        program.graph_module.recompile()
+    return count
+
+
+def _apply(model: Any, inputs: dict):
+    import openvino
+
+    original = openvino.convert_model
+
+    def convert_model(input_model: Any, *args: Any, **kwargs: Any) -> Any:
+        import torch
+
+        if isinstance(input_model, torch.export.ExportedProgram):
+            split_repeated_outputs(input_model)
+        return original(input_model, *args, **kwargs)
+
+    return patch_attribute(openvino, "convert_model", convert_model)
+
+
+register_workaround(
+    Workaround(
+        id="openvino-repeated-outputs",
+        backend="openvino",
+        target="openvino.convert_model (an ExportedProgram returning one node twice)",
+        breaks="a program whose outputs hold one tensor twice (CLIP's vision tower: last_hidden_state is also "
+        "hidden_states[-1]) fails in the PyTorch frontend: 'Tensor name is not a number: <node>'",
+        upstream=None,
+        versions={"openvino": ">=2024.0,<2027"},
+        apply=_apply,
+    )
+)
