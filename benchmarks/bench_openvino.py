@@ -23,14 +23,8 @@ the last new token). Best of ``--repeats`` rounds.
 from __future__ import annotations
 
 import argparse
-import copy
 import json
-import os
-import resource
-import shutil
-import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -38,10 +32,13 @@ from typing import Any
 import numpy as np
 import torch
 
+from common import (  # benchmarks/ is on sys.path: this script's folder, or put there by run.py
+    EAGER_LABEL, PROMPT, STATIC_CACHE_LEN, base_parser, ensure_importable, export_cells, export_summary, files_line,
+    interleaved_rounds, loads, loop_stats, measure_export, result_cells, run_export_child, static_generation_config,
+    summarise, table_head, timed_generate, timed_run, warm_up, write_results,
+)
+
 HERE = Path(__file__).resolve().parent
-REPO = HERE.parent
-PROMPT = "Once upon a time, in a small village at the edge of a great forest, there lived"
-STATIC_CACHE_LEN = 256
 F32 = {"INFERENCE_PRECISION_HINT": "f32"}
 BF16 = {"INFERENCE_PRECISION_HINT": "bf16"}
 EXPORTS = {
@@ -60,64 +57,25 @@ RUNS = {
 }
 
 
-def _ensure_importable() -> None:
-    try:
-        import hfexport  # noqa: F401
-    except ImportError:
-        sys.path.insert(0, str(REPO / "src"))
-
-
-def _static(model: Any) -> Any:
-    gen = copy.deepcopy(model.generation_config)
-    gen.cache_implementation, gen.max_cache_len, gen.do_sample = "static", STATIC_CACHE_LEN, False
-    return gen
-
-
 # --- child: one export -----------------------------------------------------------------------------------------------
 
 
 def export_child(variant: str, out: Path) -> dict:
-    from hfexport.models.packaged import packaged
-
-    model, tokenizer = packaged("smollm2")
-    sample = dict(tokenizer(["Hello, world!"], return_tensors="pt"))
     stateful = not variant.endswith("stateless")
     if variant.startswith("peer"):
         from transformers.exporters.exporter_openvino import OpenVINOConfig, OpenVINOExporter
     else:
         from hfexport.exporter_openvino import OpenVINOConfig, OpenVINOExporter
-    start = time.perf_counter()
-    exported = OpenVINOExporter().export_for_generation(
-        model, sample, OpenVINOConfig(dynamic=True, stateful=stateful), generation_config=_static(model),
-        multi_token_decode=True,
-    )
-    export_s = time.perf_counter() - start
-    start = time.perf_counter()
-    exported.save_pretrained(out)
-    save_s = time.perf_counter() - start
-    weights = {p.data_ptr(): p.numel() * p.element_size() for p in model.parameters()}  # tied weights once
-    return {
-        "variant": variant,
-        "export_s": export_s,
-        "save_s": save_s,
-        "peak_rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
-        "bytes": sum(p.stat().st_size for p in out.rglob("*") if p.is_file()),
-        "ir_bytes": sum(p.stat().st_size for p in out.rglob("*") if p.suffix in (".xml", ".bin")),
-        "files": {p.name: p.stat().st_size for p in out.iterdir() if p.is_file()},
-        "weight_bytes": sum(weights.values()),
-    }
 
+    def export(model: Any, sample: dict) -> Any:
+        return OpenVINOExporter().export_for_generation(
+            model, sample, OpenVINOConfig(dynamic=True, stateful=stateful),
+            generation_config=static_generation_config(model), multi_token_decode=True,
+        )
 
-def run_export_child(variant: str, out: Path) -> dict:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO / "src"), env.get("PYTHONPATH")) if p)
-    proc = subprocess.run(
-        [sys.executable, str(Path(__file__).resolve()), "--export-child", variant, "--out", str(out)],
-        capture_output=True, text=True, env=env, timeout=1800,
-    )
-    if proc.returncode != 0:
-        return {"variant": variant, "error": proc.stderr.strip().splitlines()[-1][:300] if proc.stderr else "failed"}
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    record, _ = measure_export(variant, out, export)
+    record["ir_bytes"] = sum(p.stat().st_size for p in out.rglob("*") if p.suffix in (".xml", ".bin"))
+    return record
 
 
 # --- the peer's IR in a plain loop -----------------------------------------------------------------------------------
@@ -191,24 +149,15 @@ class PeerLoop:
             length += q.shape[1]
             if step == 0:
                 first = time.perf_counter()
-        end = time.perf_counter()
-        steps = len(tokens) - 1
-        return tokens, {"prefill_s": first - start, "decode_s": end - first, "decode_steps": steps,
-                        "decode_tok_s": steps / (end - first) if steps else float("nan")}
+        return tokens, loop_stats(start, first, time.perf_counter(), tokens)
 
 
 # --- generation timing ---------------------------------------------------------------------------------------------
 
 
-def timed_generate(generate: Any, inputs: dict, new_tokens: int) -> tuple[list[int], dict]:
-    from hfexport.run_cli import TimingStreamer
-
-    streamer = TimingStreamer()
-    with torch.no_grad():
-        out = generate(**inputs, max_new_tokens=new_tokens, do_sample=False, eos_token_id=None, streamer=streamer)
-    stats = streamer.stats()
-    stats["decode_tok_s"] = stats.pop("decode_tokens_per_s") or float("nan")
-    return out[0, inputs["input_ids"].shape[-1]:].tolist(), stats
+def _timed_generate(generate: Any, inputs: dict, new_tokens: int) -> tuple[list[int], dict]:
+    """``timed_generate`` without the end-of-sequence stop: every run makes ``new_tokens`` tokens."""
+    return timed_generate(generate, inputs, new_tokens, eos_token_id=None)
 
 
 def bench_smollm2(args: argparse.Namespace, workdir: Path) -> dict:
@@ -220,17 +169,15 @@ def bench_smollm2(args: argparse.Namespace, workdir: Path) -> dict:
         if (args.no_peer and variant.startswith("peer")) or (args.variants and variant not in args.variants):
             continue
         print(f"[bench-openvino] exporting SmolLM2-135M ({label}) in a child process ...", flush=True)
-        exports[variant] = e = run_export_child(variant, workdir / variant)
+        exports[variant] = e = run_export_child(__file__, variant, workdir / variant, keep_going=True)
         if "error" in e:
             print(f"[bench-openvino]   export FAILED: {e['error']}", flush=True)
             continue
-        print(f"[bench-openvino]   export {e['export_s']:.1f} s, save {e['save_s']:.1f} s, peak RSS "
-              f"{e['peak_rss'] / 1e6:.0f} MB, IR {e['ir_bytes'] / 1e6:.0f} MB for {e['weight_bytes'] / 1e6:.0f} MB of "
-              "weights", flush=True)
+        print(f"[bench-openvino]   {export_summary(e, 'ir_bytes', 'IR ')}", flush=True)
 
     model, tokenizer = packaged("smollm2")
     inputs = dict(tokenizer(PROMPT, return_tensors="pt"))
-    runners: dict[str, Any] = {"eager": lambda n: timed_generate(model.generate, inputs, n)}
+    runners: dict[str, Any] = {"eager": lambda n: _timed_generate(model.generate, inputs, n)}
     for name, (variant, config, _) in RUNS.items():
         if variant not in exports or "error" in exports[variant]:
             continue
@@ -242,35 +189,14 @@ def bench_smollm2(args: argparse.Namespace, workdir: Path) -> dict:
             else:
                 kwargs = {"config": config} if config else {}
                 exported = ExportedModel.from_pretrained(workdir / variant, **kwargs)
-                runners[name] = lambda n, generate=exported.generate: timed_generate(generate, inputs, n)
+                runners[name] = lambda n, generate=exported.generate: _timed_generate(generate, inputs, n)
         except Exception as error:  # noqa: BLE001 - a peer IR our loop cannot drive is reported, not fatal
             exports[f"load:{name}"] = {"error": f"{type(error).__name__}: {str(error)[:300]}"}
             continue
         exports[f"load:{name}"] = {"load_s": time.perf_counter() - start}
-    print("[bench-openvino] warm-up (4 tokens each) ...", flush=True)
-    for name, fn in list(runners.items()):
-        try:
-            fn(4)
-        except Exception as error:  # noqa: BLE001
-            exports[f"load:{name}"] = {"error": f"{type(error).__name__}: {str(error)[:300]}"}
-            del runners[name]
-    results: dict[str, dict] = {name: {"rounds": [], "round_tokens": []} for name in runners}
-    for r in range(args.repeats):
-        for name, fn in runners.items():
-            tokens, stats = fn(args.new_tokens)
-            results[name]["rounds"].append(stats)
-            results[name]["round_tokens"].append(tokens)
-            print(f"[bench-openvino] round {r + 1}/{args.repeats} {name:16s} {len(tokens)} tokens, prefill "
-                  f"{stats['prefill_s'] * 1e3:.0f} ms, decode {stats['decode_tok_s']:.1f} tok/s", flush=True)
-    reference = results["eager"]["round_tokens"][0]
-    for res in results.values():
-        res["decode_tok_s"] = max(s["decode_tok_s"] for s in res["rounds"])
-        res["prefill_s"] = min(s["prefill_s"] for s in res["rounds"])
-        res["same_tokens"] = all(t == reference for t in res["round_tokens"])
-        res["first_difference"] = next((i for i, (a, b) in enumerate(zip(res["round_tokens"][0], reference))
-                                        if a != b), None)
-        res["tokens"] = len(res["round_tokens"][0])
-        del res["round_tokens"]
+    warm_up(runners, "bench-openvino", errors=exports)
+    results = interleaved_rounds(runners, args.repeats, args.new_tokens, "bench-openvino")
+    reference = summarise(results)  # no EOS stop: every run has new_tokens tokens, compared whole
     return {"prompt_tokens": int(inputs["input_ids"].shape[-1]), "new_tokens": args.new_tokens, "exports": exports,
             "results": results, "text": tokenizer.decode(reference, skip_special_tokens=True)}
 
@@ -286,65 +212,46 @@ def render(report: dict) -> str:
         "",
         f"SmolLM2-135M-Instruct, fp32 weights, batch 1, greedy, {s['new_tokens']} new tokens (no EOS stop), prompt "
         f"of {s['prompt_tokens']} tokens; best of {report['repeats']} interleaved rounds. Load average (2 cores) at "
-        f"start/end: {'/'.join(f'{x:.1f}' for x in report['load_start'])} / "
-        f"{'/'.join(f'{x:.1f}' for x in report['load_end'])}.",
+        f"start/end: {loads(report)}.",
         "",
-        "| run | export s | export peak RSS MB | IR MB (x weights) | prefill ms | decode tok/s | vs eager "
-        "| same tokens as eager |",
-        "|---|---|---|---|---|---|---|---|",
+        *table_head("run", "export s", "export peak RSS MB", "IR MB (x weights)", "prefill ms", "decode tok/s",
+                    "vs eager", "same tokens as eager"),
     ]
     for name, res in s["results"].items():
         variant, _, precision = RUNS.get(name, (None, None, ""))
         exp = s["exports"].get(variant) if variant else None
-        label = "eager `model.generate` (dynamic cache)" if name == "eager" else f"{EXPORTS[variant]}; {precision}"
-        cells = (f"{exp['export_s']:.1f} | {exp['peak_rss'] / 1e6:.0f} | {exp['ir_bytes'] / 1e6:.0f} "
-                 f"({exp['ir_bytes'] / exp['weight_bytes']:.2f}x)") if exp and "error" not in exp else "– | – | –"
-        same = "yes" if res["same_tokens"] else f"**NO** (first difference at token {res['first_difference']})"
-        lines.append(f"| {label} | {cells} | {res['prefill_s'] * 1e3:.0f} | {res['decode_tok_s']:.1f} | "
-                     f"{res['decode_tok_s'] / eager:.2f}x | {same} |")
+        label = EAGER_LABEL if name == "eager" else f"{EXPORTS[variant]}; {precision}"
+        lines.append(f"| {label} | {export_cells(exp, 'ir_bytes')} | {result_cells(res, eager, where=True)} |")
     failed = {k: v["error"] for k, v in s["exports"].items() if "error" in v}
     if failed:
         lines += ["", "Failed: " + "; ".join(f"{k}: {v}" for k, v in failed.items())]
-    weights = next((e["weight_bytes"] for e in s["exports"].values() if "weight_bytes" in e), None)
-    if weights:
-        lines += ["", f"Weights: {weights / 1e6:.0f} MB. Files: " + "; ".join(
-            f"{v}: " + ", ".join(f"{n} {b / 1e6:.1f} MB" for n, b in sorted(e["files"].items()) if b > 1e5)
-            for v, e in s["exports"].items() if "files" in e) + "."]
+    if any("weight_bytes" in e for e in s["exports"].values()):
+        lines += ["", files_line(s["exports"])]
     return "\n".join(lines) + "\n"
 
 
 def run(results: dict, quick: bool = False, repeats: int = 2, new_tokens: int = 128, no_peer: bool = False,
         variants: list[str] | None = None) -> str:
     """Run the OpenVINO benchmark; store its report in ``results["openvino"]`` and return the Markdown section."""
-    _ensure_importable()
+    ensure_importable()
     args = argparse.Namespace(repeats=1 if quick else repeats, new_tokens=16 if quick else new_tokens,
                               no_peer=no_peer or quick, variants=variants)
-    workdir = Path(tempfile.mkdtemp(prefix="hfexport-bench-openvino-"))
-    report: dict[str, Any] = {"repeats": args.repeats, "load_start": os.getloadavg()}
-    start = time.perf_counter()
-    try:
+
+    def body(workdir: Path, report: dict) -> None:
         report["smollm2"] = bench_smollm2(args, workdir)
-    finally:
-        shutil.rmtree(workdir, ignore_errors=True)
-    report["load_end"] = os.getloadavg()
-    report["wall_s"] = time.perf_counter() - start
-    results["openvino"] = report
+
+    results["openvino"] = report = timed_run("hfexport-bench-openvino-", args.repeats, body)
     return render(report)
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--new-tokens", type=int, default=128)
-    parser.add_argument("--repeats", type=int, default=2)
-    parser.add_argument("--quick", action="store_true", help="16 tokens, 1 round, no peer (smoke test)")
-    parser.add_argument("--results", type=Path, default=HERE / "RESULTS_OPENVINO.md")
+    parser = base_parser(__doc__, HERE / "RESULTS_OPENVINO.md", "16 tokens, 1 round, no peer (smoke test)")
     parser.add_argument("--no-peer", action="store_true", help="leave out transformers' own OpenVINO export")
     parser.add_argument("--variants", type=lambda v: v.split(","), default=None,
                         help=f"comma-separated exports to run (default: all of {', '.join(EXPORTS)})")
     parser.add_argument("--export-child", choices=list(EXPORTS), help=argparse.SUPPRESS)
-    parser.add_argument("--out", type=Path, help=argparse.SUPPRESS)
     args, _ = parser.parse_known_args(argv)  # benchmarks/run.py passes every benchmark's options to each
-    _ensure_importable()
+    ensure_importable()
     if args.export_child:
         print(json.dumps(export_child(args.export_child, args.out)))
         return 0
@@ -353,9 +260,7 @@ def main(argv: list[str] | None = None) -> int:
                variants=args.variants)
     print("\n" + text)
     if not args.quick:
-        args.results.write_text(text)
-        args.results.with_suffix(".json").write_text(json.dumps(results["openvino"], indent=2, default=str))
-        print(f"[bench-openvino] wrote {args.results}")
+        write_results(args.results, text, results["openvino"], "bench-openvino")
     ours = [k for k, v in results["openvino"]["smollm2"]["results"].items()
             if not v["same_tokens"] and not k.startswith("peer") and "bf16" not in k]
     if ours:

@@ -6,7 +6,6 @@ Tiny Llama exports only (seconds each); module-scoped fixtures share them betwee
 from __future__ import annotations
 
 import collections
-import copy
 import json
 import os
 
@@ -17,33 +16,16 @@ import torch
 
 from hfexport import ConfigError, ExportedModel, OnnxConfig, UnsupportedError
 from hfexport.exporter_onnx import OnnxExporter
-from hfexport.models.tiny import TINY_CASES
+from backend_fixtures import CACHE_LEN, CASE, model, plain_fixture, static_config  # noqa: F401 (model: a fixture)
 
-CASE = TINY_CASES["llama"]
-CACHE_LEN = 48
-
-
-def _static(model, max_cache_len=CACHE_LEN):
-    gen = copy.deepcopy(model.generation_config)
-    gen.do_sample, gen.cache_implementation, gen.max_cache_len = False, "static", max_cache_len
-    return gen
-
-
-@pytest.fixture(scope="module")
-def model():
-    return CASE.build()
-
-
-@pytest.fixture(scope="module")
-def plain(model):
-    return OnnxExporter().export(model, CASE.inputs(2, 7), OnnxConfig(dynamic=True))
+plain = plain_fixture(OnnxExporter, OnnxConfig(dynamic=True))
 
 
 @pytest.fixture(scope="module")
 def static_fused(model):
     """Static cache + multi-token decode from a batch of one, fused for the CPU: one GroupQueryAttention graph."""
     return OnnxExporter().export_for_generation(
-        model, CASE.inputs(1, 6), OnnxConfig(dynamic=True, ort_fusions="cpu"), generation_config=_static(model),
+        model, CASE.inputs(1, 6), OnnxConfig(dynamic=True, ort_fusions="cpu"), generation_config=static_config(model),
         multi_token_decode=True,
     )
 
@@ -51,7 +33,8 @@ def static_fused(model):
 @pytest.fixture(scope="module")
 def static_plain(model, tmp_path_factory):
     exported = OnnxExporter().export_for_generation(
-        model, CASE.inputs(1, 6), OnnxConfig(dynamic=True), generation_config=_static(model), multi_token_decode=True
+        model, CASE.inputs(1, 6), OnnxConfig(dynamic=True), generation_config=static_config(model),
+        multi_token_decode=True,
     )
     directory = tmp_path_factory.mktemp("static") / "export"
     exported.save_pretrained(directory)

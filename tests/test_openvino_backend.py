@@ -12,32 +12,16 @@ import torch
 
 from hfexport import ConfigError, ExportedModel, MissingPackageError, OpenVINOConfig, UnsupportedError
 from hfexport.exporter_openvino import OpenVINOExporter
-from hfexport.models.tiny import TINY_CASES
 from hfexport.validation import compare_outputs
+from backend_fixtures import CASE, model, plain_fixture, static_config  # noqa: F401 (model: a fixture)
 
-CASE = TINY_CASES["llama"]
-
-
-def _static(model, max_cache_len=48):
-    gen = copy.deepcopy(model.generation_config)
-    gen.do_sample, gen.cache_implementation, gen.max_cache_len = False, "static", max_cache_len
-    return gen
-
-
-@pytest.fixture(scope="module")
-def model():
-    return CASE.build()
-
-
-@pytest.fixture(scope="module")
-def plain(model):
-    return OpenVINOExporter().export(model, CASE.inputs(2, 7), OpenVINOConfig(dynamic=True))
+plain = plain_fixture(OpenVINOExporter, OpenVINOConfig(dynamic=True))
 
 
 @pytest.fixture(scope="module")
 def stateful(model):
     return OpenVINOExporter().export_for_generation(model, CASE.inputs(2, 6), OpenVINOConfig(dynamic=True),
-                                                    generation_config=_static(model), multi_token_decode=True)
+                                                    generation_config=static_config(model), multi_token_decode=True)
 
 
 def test_program_is_an_openvino_model_saved_as_xml_and_bin(plain, tmp_path):
@@ -106,7 +90,7 @@ def test_stateful_graph_keeps_the_cache_in_variables_with_beam_idx(stateful, tmp
 def test_stateless_graph_takes_and_returns_the_cache(model):
     exported = OpenVINOExporter().export_for_generation(model, CASE.inputs(2, 6),
                                                         OpenVINOConfig(dynamic=True, stateful=False),
-                                                        generation_config=_static(model), multi_token_decode=True)
+                                                        generation_config=static_config(model), multi_token_decode=True)
     program = exported.components["decode"].program
     assert not program.get_sinks()
     inputs = {n for port in program.inputs for n in port.get_names()}
