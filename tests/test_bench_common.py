@@ -57,3 +57,26 @@ def test_export_cells_against_the_weights_and_dashes_without_an_export():
     assert common.export_cells(record, "ir_bytes") == "18.3 | 1591 | 1078 (2.00x)"
     assert common.export_cells(None, load={}) == "– | – | – | –"
     assert common.export_cells({"error": "failed"}) == "– | – | –"
+
+
+def test_run_main_writes_the_section_and_the_report_unless_quick(tmp_path, capsys):
+    import argparse
+
+    def run(results):
+        results["onnx"] = {"smollm2": {"results": {}}, "wall_s": 1.5}
+        return "## section\n"
+
+    args = argparse.Namespace(export_child=None, quick=False, results=tmp_path / "RESULTS_X.md")
+    assert common.run_main(args, "bench-x", "onnx", None, run) == {"smollm2": {"results": {}}, "wall_s": 1.5}
+    assert (tmp_path / "RESULTS_X.md").read_text() == "## section\n"
+    assert common.json.loads((tmp_path / "RESULTS_X.json").read_text())["wall_s"] == 1.5
+
+    quick = argparse.Namespace(export_child=None, quick=True, results=tmp_path / "QUICK.md")
+    common.run_main(quick, "bench-x", "onnx", None, run)
+    assert not (tmp_path / "QUICK.md").exists()
+
+    child = argparse.Namespace(export_child="static", out=tmp_path / "out", quick=False, results=None)
+    capsys.readouterr()
+    assert common.run_main(child, "bench-x", "onnx", lambda v, out: {"variant": v, "out": str(out)}, run) is None
+    assert common.json.loads(capsys.readouterr().out.splitlines()[-1]) == {"variant": "static",
+                                                                           "out": str(tmp_path / "out")}
