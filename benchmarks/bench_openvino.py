@@ -34,8 +34,8 @@ import torch
 
 from common import (  # benchmarks/ is on sys.path: this script's folder, or put there by run.py
     EAGER_LABEL, PROMPT, STATIC_CACHE_LEN, base_parser, ensure_importable, export_cells, export_summary, files_line,
-    interleaved_rounds, loads, loop_stats, measure_export, result_cells, run_export_child, static_generation_config,
-    summarise, table_head, timed_generate, timed_run, warm_up, write_results,
+    interleaved_rounds, loads, loop_stats, measure_export, result_cells, run_export_child, run_main,
+    static_generation_config, summarise, table_head, timed_generate, timed_run, token_mismatch, warm_up,
 )
 
 HERE = Path(__file__).resolve().parent
@@ -251,22 +251,13 @@ def main(argv: list[str] | None = None) -> int:
                         help=f"comma-separated exports to run (default: all of {', '.join(EXPORTS)})")
     parser.add_argument("--export-child", choices=list(EXPORTS), help=argparse.SUPPRESS)
     args, _ = parser.parse_known_args(argv)  # benchmarks/run.py passes every benchmark's options to each
-    ensure_importable()
-    if args.export_child:
-        print(json.dumps(export_child(args.export_child, args.out)))
+    report = run_main(args, "bench-openvino", "openvino", export_child, lambda results: run(
+        results, quick=args.quick, repeats=args.repeats, new_tokens=args.new_tokens, no_peer=args.no_peer,
+        variants=args.variants))
+    if report is None:
         return 0
-    results: dict = {}
-    text = run(results, quick=args.quick, repeats=args.repeats, new_tokens=args.new_tokens, no_peer=args.no_peer,
-               variants=args.variants)
-    print("\n" + text)
-    if not args.quick:
-        write_results(args.results, text, results["openvino"], "bench-openvino")
-    ours = [k for k, v in results["openvino"]["smollm2"]["results"].items()
-            if not v["same_tokens"] and not k.startswith("peer") and "bf16" not in k]
-    if ours:
-        print(f"[bench-openvino] TOKEN MISMATCH vs eager: {', '.join(ours)}", file=sys.stderr)
-        return 1
-    return 0
+    return token_mismatch([k for k, v in report["smollm2"]["results"].items()
+                           if not v["same_tokens"] and not k.startswith("peer") and "bf16" not in k], "bench-openvino")
 
 
 if __name__ == "__main__":

@@ -309,6 +309,31 @@ def write_results(path: Path, text: str, report: dict, tag: str) -> None:
     print(f"[{tag}] wrote {path}")
 
 
+def run_main(args: argparse.Namespace, tag: str, key: str, export_child: Callable[[str, Path], dict],
+             run: Callable[[dict], str]) -> dict | None:
+    """The body of a benchmark's ``main``: as the export child (``--export-child``), print the export's record and
+    return None; else ``run(results)``, print its Markdown section and, unless ``--quick``, write it to
+    ``args.results`` and the report ``results[key]`` next to it as JSON; return that report."""
+    ensure_importable()
+    if args.export_child:
+        print(json.dumps(export_child(args.export_child, args.out)))
+        return None
+    results: dict = {}
+    text = run(results)
+    print("\n" + text)
+    if not args.quick:
+        write_results(args.results, text, results[key], tag)
+    return results[key]
+
+
+def token_mismatch(names: list[str], tag: str) -> int:
+    """Exit status 1, said on stderr, when any of ``names`` (runs whose tokens differ from eager's) exists."""
+    if names:
+        print(f"[{tag}] TOKEN MISMATCH vs eager: {', '.join(names)}", file=sys.stderr)
+        return 1
+    return 0
+
+
 # --- roofline --------------------------------------------------------------------------------------------------------
 
 

@@ -15,8 +15,6 @@ Only benchmarks import the peer (the library never does). Its export is run the 
 
 from __future__ import annotations
 
-import copy
-import resource
 import time
 from pathlib import Path
 from typing import Any
@@ -24,13 +22,9 @@ from typing import Any
 import numpy as np
 import torch
 
+from common import TimedMethod, loop_stats, measure_export, ort_session_options, overhead_row, static_generation_config
+
 PEER_LABEL = "transformers.exporters ONNX (peer), static cache 256 + multi-token decode, ort_fusions='cpu'"
-
-
-def _static(model: Any, max_cache_len: int) -> Any:
-    gen = copy.deepcopy(model.generation_config)
-    gen.cache_implementation, gen.max_cache_len, gen.do_sample = "static", max_cache_len, False
-    return gen
 
 
 def peer_export(model: Any, sample: dict, max_cache_len: int) -> Any:
@@ -38,32 +32,14 @@ def peer_export(model: Any, sample: dict, max_cache_len: int) -> Any:
 
     return OnnxExporter().export_for_generation(
         model, sample, OnnxConfig(dynamic=True, ort_fusions="cpu"),
-        generation_config=_static(model, max_cache_len), multi_token_decode=True,
+        generation_config=static_generation_config(model, max_cache_len), multi_token_decode=True,
     )
 
 
 def export_child(out: Path, max_cache_len: int) -> dict:
-    from hfexport.models.packaged import packaged
-
-    model, tokenizer = packaged("smollm2")
-    sample = dict(tokenizer(["Hello, world!"], return_tensors="pt"))
-    start = time.perf_counter()
-    exported = peer_export(model, sample, max_cache_len)
-    export_s = time.perf_counter() - start
-    start = time.perf_counter()
-    exported.save_pretrained(out)
-    save_s = time.perf_counter() - start
-    weights = {p.data_ptr(): p.numel() * p.element_size() for p in model.parameters()}
-    return {
-        "variant": "peer",
-        "export_s": export_s,
-        "save_s": save_s,
-        "peak_rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
-        "bytes": sum(p.stat().st_size for p in out.rglob("*") if p.is_file()),
-        "files": {p.name: p.stat().st_size for p in out.iterdir() if p.is_file()},
-        "weight_bytes": sum(weights.values()),
-        "graphs": len(exported.components),
-    }
+    record, exported = measure_export("peer", out, lambda model, sample: peer_export(model, sample, max_cache_len))
+    record["graphs"] = len(exported.components)
+    return record
 
 
 _ORT_TO_NUMPY = {"tensor(float)": np.float32, "tensor(int64)": np.int64, "tensor(bool)": np.bool_,
@@ -129,15 +105,11 @@ class SpecLoop:
             position_ids[0, 0] = position
             attention_mask[0, 0, 0] = slots <= position
             tokens.append(int(self._run()[0, -1].argmax()))
-        end = time.perf_counter()
-        steps = len(tokens) - 1
-        return tokens, {"prefill_s": first - start, "decode_s": end - first, "decode_steps": steps,
-                        "decode_tok_s": steps / (end - first) if steps else float("nan")}
+        return tokens, loop_stats(start, first, time.perf_counter(), tokens)
 
 
 def peer_overhead(steps: int, prompt_len: int = 12) -> dict:
     """Per-step cost of the peer's runner around ONNX Runtime on the tiny Llama (1 thread), in a spec-style loop."""
-    import onnxruntime as ort
     from transformers import StaticCache
 
     from hfexport.models.tiny import TINY_CASES
@@ -146,22 +118,10 @@ def peer_overhead(steps: int, prompt_len: int = 12) -> dict:
     model = case.build()
     max_cache_len = prompt_len + steps + 8
     exported = peer_export(model, case.inputs(1, 6), max_cache_len)
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = 1
-    exported.to("cpu", session_options=options)
+    exported.to("cpu", session_options=ort_session_options(1))
     runner = exported.runners["decode"]
-    session, inside = runner.session, []
-
-    class _Timed:
-        def run_with_iobinding(self, binding: Any, *rest: Any) -> None:
-            start = time.perf_counter()
-            session.run_with_iobinding(binding, *rest)
-            inside.append(time.perf_counter() - start)
-
-        def __getattr__(self, name: str) -> Any:
-            return getattr(session, name)
-
-    runner.session = _Timed()
+    runner.session = timed = TimedMethod(runner.session, "run_with_iobinding")
+    inside = timed.times
     cache = StaticCache(config=model.config, max_cache_len=max_cache_len)
     ids = case.inputs(1, prompt_len)["input_ids"]
     with torch.no_grad():  # a StaticCache allocates its layers lazily, on its first update: let eager do that
@@ -188,4 +148,4 @@ def peer_overhead(steps: int, prompt_len: int = 12) -> dict:
         token = out.logits[:, -1:].argmax(-1)
     step_ms = 1e3 * (time.perf_counter() - start) / steps
     ort_ms = 1e3 * sum(inside) / steps
-    return {"step_ms": step_ms, "ort_ms": ort_ms, "overhead_ms": step_ms - ort_ms}
+    return overhead_row(step_ms, ort_ms)
