@@ -20,6 +20,7 @@ from ...exporter import HfExporter
 from ...metadata import ExportMetadata
 from .layout import record_program_outputs
 from .lowering import lower
+from .state import FoldedState, fold_cache_state, keeps_cache_state
 from .targets import target_for
 
 __all__ = ["ExecutorchExporter"]
@@ -55,10 +56,14 @@ class ExecutorchExporter(HfExporter):
         target = target_for(config.backend)
         target.check(model, sample_inputs)
         config = _with_static_cache_shapes(config, sample_inputs)  # before tracing: a machine that cannot lower says so at once
+        stateful = keeps_cache_state(config, sample_inputs)
+        if stateful:
+            config = _with_static_cache_shapes(config, sample_inputs, force=True)  # a buffer has a fixed size
         quantizer = config.quantizer
         if quantizer is not None:
             quantizer.validate_environment(self.export_format)
         lowered: list[Any] = []
+        folded: list[FoldedState | None] = []
         timings: dict[str, float] = {}
         start = time.perf_counter()
 
@@ -67,11 +72,13 @@ class ExecutorchExporter(HfExporter):
             if quantizer is not None:
                 program = quantizer.quantize(program, sample_inputs, self.export_format)
             timings["trace"] = time.perf_counter() - start
-            lowered.append(lower(program, config, target, model, timings))
+            kept, state = fold_cache_state(program, sample_inputs) if stateful else (program, None)
+            folded.append(state)
+            lowered.append(lower(kept, config, target, model, timings))
             return program
 
         _, metadata = self.trace(model, _contiguous(sample_inputs), config, packages=_PACKAGES, transform=convert)
-        record_program_outputs(lowered[0], metadata)
+        record_program_outputs(lowered[0], metadata, state=folded[0])
         self.phase_timings.append(timings)
         return lowered[0], metadata
 
@@ -100,14 +107,19 @@ class ExecutorchExporter(HfExporter):
         return program
 
 
-def _with_static_cache_shapes(config: ExecutorchConfig, inputs: Mapping[str, Any]) -> ExecutorchConfig:
-    """Explicit ``dynamic_shapes`` that leave a cache out: give the cache its all-static spec tree.
+def _with_static_cache_shapes(config: ExecutorchConfig, inputs: Mapping[str, Any],
+                              force: bool = False) -> ExecutorchConfig:
+    """Explicit ``dynamic_shapes`` that leave a cache out: give the cache its all-static spec tree. With ``force``
+    (a cache kept as state), ``dynamic=True`` too: every other input keeps its automatic dynamic dims.
 
     ``torch.export`` takes ``None`` for an unnamed tensor kwarg but not for a cache (a custom pytree node): it wants
     the node's own structure ("Node type mismatch; expected list, got NoneType"). The spec's zero-copy C++ loop
     needs exactly this config: only the query axis dynamic, the cache at its fixed size.
     """
     explicit = config.dynamic_shapes
+    if force and explicit is None and config.dynamic:
+        tensors = {k: v for k, v in inputs.items() if isinstance(v, torch.Tensor)}
+        explicit = auto_dynamic_shapes(tensors)
     if not isinstance(explicit, Mapping):
         return config
     missing = {k: v for k, v in inputs.items() if k not in explicit and is_cache(v)}

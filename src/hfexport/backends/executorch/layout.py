@@ -17,26 +17,40 @@ from ...metadata import ExportMetadata, IORole, TensorSpec, shape_of
 __all__ = ["record_program_outputs"]
 
 
-def record_program_outputs(manager: Any, metadata: ExportMetadata, method: str = "forward") -> None:
-    """Set ``metadata.outputs`` to the outputs of ``manager``'s ``method``, in the program's order, in place."""
+def record_program_outputs(manager: Any, metadata: ExportMetadata, method: str = "forward", state: Any = None) -> None:
+    """Set ``metadata.outputs`` to the outputs of ``manager``'s ``method``, in the program's order, in place.
+
+    ``state`` (a :class:`~.state.FoldedState`): the cache inputs kept as buffers get the ``STATE`` role and their
+    buffer's name as ``target``; the returned cache's tensors, which the program no longer returns, leave the list.
+    """
+    if state is not None:
+        for index, name in state.inputs.items():
+            metadata.inputs[index].role = IORole.STATE
+            metadata.inputs[index].target = name
     signature = manager.exported_program(method).graph_signature
     user_inputs = [s for s in signature.input_specs if s.kind == InputKind.USER_INPUT
                    and isinstance(s.arg, TensorArgument)]
-    if len(user_inputs) != len(metadata.inputs):
+    fed = [spec for spec in metadata.inputs if spec.role is not IORole.STATE]
+    if len(user_inputs) != len(fed):
         raise RuntimeError(
             f"the lowered program takes {len(user_inputs)} tensor inputs, the traced one {len(metadata.inputs)}"
         )
-    by_placeholder = {s.arg.name: spec for s, spec in zip(user_inputs, metadata.inputs)}
+    by_placeholder = {s.arg.name: spec for s, spec in zip(user_inputs, fed)}
     program = manager.exported_program(method)
-    values = list(program.graph.output_node().args[0])
-    user = iter([s for s in metadata.outputs if s.role in (IORole.OUTPUT, IORole.CACHE_OUTPUT)])
+    nodes = {n.name: n for n in program.graph.nodes}
+    dropped = state.dropped_outputs if state is not None else set()
+    buffers = set(state.inputs.values()) if state is not None else set()
+    user = iter([s for i, s in enumerate(metadata.user_outputs) if i not in dropped])
     outputs = []
-    for spec, node in zip(signature.output_specs, values):
+    for spec in signature.output_specs:
+        node = nodes.get(getattr(spec.arg, "name", None))
         if spec.kind == OutputKind.USER_INPUT_MUTATION:
             target = by_placeholder[spec.target]
             target.mutated = True
             outputs.append(TensorSpec(name=target.name, role=IORole.MUTATION, dtype=target.dtype,
                                       shape=list(target.shape), target=target.name))
+        elif spec.kind == OutputKind.BUFFER_MUTATION and spec.target in buffers:
+            continue  # a folded cache tensor: updated inside the method, not returned
         elif spec.kind == OutputKind.BUFFER_MUTATION:  # the program returns a buffer it updates, too
             val = node.meta.get("val") if hasattr(node, "meta") else None
             outputs.append(TensorSpec(name=f"buffer.{spec.target}", role=IORole.STATE,

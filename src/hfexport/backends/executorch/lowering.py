@@ -34,6 +34,7 @@ def backend_config(config: ExecutorchConfig) -> Any:
             alloc_graph_output=config.alloc_graph_output,
             alloc_mutable_buffers=config.alloc_mutable_buffers,
         ),
+        emit_mutable_buffer_names=True,  # a cache kept as state is reached by name (Method.get_attribute)
     )
 
 
