@@ -10,9 +10,10 @@ The steps, in order (each counts what it fused, recorded in the model's ``metada
 - ``packed_matmul``: sibling projections (Q/K/V, gate/up) into one ``MatMul`` (:mod:`.packing`).
 - ``gelu``: onnxscript's GELU fusions (``Gelu``, ``FastGelu``, ``BiasGelu``).
 - ``fused_matmul``: onnxscript's ``FusedMatMul`` rules (transposes and scales folded into the matmul).
+- ``reshapes``: the back-to-back ``Reshape``s the fusions leave around the contrib ops collapse (:mod:`.reshapes`).
 
-Then the optimiser runs again, so the transposes and reshapes the fusions left unused or back-to-back go away. The
-fused graph runs on ONNX Runtime only.
+Then the optimiser runs again, so the transposes and reshapes the fusions left unused or back-to-back go away, and
+``reshapes`` once more on what its folding exposed. The fused graph runs on ONNX Runtime only.
 """
 
 from __future__ import annotations
@@ -58,6 +59,7 @@ def _fused_matmul(model: ir.Model) -> int:
 def _steps() -> list[tuple[str, Callable[[ir.Model], int]]]:
     from .attention import fuse_group_query_attention
     from .packing import pack_sibling_matmuls
+    from .reshapes import collapse_reshapes
     from .rotary import fuse_rotary_embeddings
 
     return [
@@ -69,6 +71,7 @@ def _steps() -> list[tuple[str, Callable[[ir.Model], int]]]:
         ("packed_matmul", pack_sibling_matmuls),
         ("gelu", _onnxscript("gelu")),
         ("fused_matmul", _fused_matmul),
+        ("reshapes", collapse_reshapes),
     ]
 
 
@@ -88,6 +91,15 @@ def fuse_for_onnxruntime(model: ir.Model, target: str) -> dict[str, int]:
     for name, step in _steps():
         counts[name] = int(step(model))
     optimize(model)
+    # the optimiser's folding exposes more reshape pairs (and reshapes to the input's own shape): one more round
+    from onnx_ir.passes.common import RemoveUnusedNodesPass
+
+    from .reshapes import collapse_reshapes
+
+    late = collapse_reshapes(model)
+    if late:
+        RemoveUnusedNodesPass()(model)
+        counts["reshapes"] += late
     model.metadata_props[METADATA_KEY] = json.dumps({"target": target, **counts})
     logger.info("ONNX Runtime fusions for %s: %s", target, counts)
     return counts

@@ -179,7 +179,7 @@ def _fuse(model: ir.Model, attention: ir.Node) -> bool:
         scale=float(scale) if scale is not None else None,
         softcap=float(softcap) if softcap else None,
     )
-    output.type = query.type
+    output.type, output.shape = query.type, query_bsd.shape  # [batch, seq, heads * dim], as the query
     like(present_k, full_keys)
     like(present_v, full_values)
     result = like(from_bsd(editor, output, heads, dim), attention.outputs[0])

@@ -129,7 +129,7 @@ def fuse_rotary_embeddings(model: ir.Model) -> int:
         rotated = editor.op(
             "RotaryEmbedding", [x_bsd, positions, cos_cache, sin_cache], domain=CONTRIB, interleaved=0, num_heads=heads
         )
-        rotated.type = x.type
+        rotated.type, rotated.shape = x.type, x_bsd.shape  # shape-preserving: lets collapse_reshapes see the rank
         result = like(from_bsd(editor, rotated, heads, dim), add.outputs[0])
         editor.commit(add)
         replace(add.outputs[0], result)
