@@ -30,15 +30,21 @@ from typing import Any
 
 HERE = Path(__file__).resolve().parent
 PROMPT = "Once upon a time, in a small village at the edge of a great forest, there lived"
+# realistic calibration: 12 paragraphs of varied text (prose, code, dialogue, maths), 60-110 tokens each; eight
+# 5-13-token prompts left NNCF int8 at 44 % agreement on OpenVINO, these at 84 % (same recipe)
 CALIBRATION = [
-    "The capital of France is",
-    "def fibonacci(n):\n    ",
-    "In 1969, the first humans landed on",
-    "Photosynthesis is the process by which plants",
-    "My favourite recipe for a rainy day is",
-    "The stock market fell sharply today after",
-    "Write a short poem about the sea:",
-    "Question: What is 12 times 7? Answer:",
+    "The history of the printing press begins in the fifteenth century, when Johannes Gutenberg combined movable metal type, oil-based ink and a wooden press adapted from wine making. Within fifty years, presses had spread to more than two hundred cities across Europe, and the price of books fell sharply, which helped literacy grow among merchants and craftsmen.",
+    "def merge_sort(values):\n    if len(values) <= 1:\n        return values\n    middle = len(values) // 2\n    left = merge_sort(values[:middle])\n    right = merge_sort(values[middle:])\n    result = []\n    while left and right:\n        result.append(left.pop(0) if left[0] <= right[0] else right.pop(0))\n    return result + left + right\n",
+    "Photosynthesis is the process by which green plants, algae and some bacteria turn light energy into chemical energy. In the chloroplasts, chlorophyll absorbs sunlight, water molecules are split, and carbon dioxide from the air is fixed into sugars that the plant uses to grow, releasing oxygen as a by-product.",
+    "Dear Ms. Thompson,\n\nThank you for your letter of March 3rd regarding the delayed shipment. I have checked with our warehouse team, and the order left our facility yesterday morning. You should receive it within three business days. Please accept our apologies for the inconvenience, and let me know if there is anything else I can do.\n\nBest regards,\nDaniel",
+    "User: Can you explain what a black hole is in simple terms?\nAssistant: A black hole is a region of space where gravity is so strong that nothing, not even light, can escape from it. It forms when a very massive star runs out of fuel and collapses under its own weight. The boundary around it is called the event horizon.",
+    "A young fox lived at the edge of a quiet meadow on a hill. Every morning she watched the farmer's chickens from behind the old stone wall, planning how she might sneak into the coop. One day, however, she found a wounded sparrow in the grass, and everything she had planned began to change.",
+    "To make a simple tomato soup, heat two tablespoons of olive oil in a large pot and cook one chopped onion until soft. Add three cloves of garlic, a kilogram of ripe tomatoes and half a litre of vegetable stock. Simmer for twenty minutes, blend until smooth, and season with salt, pepper and fresh basil.",
+    "The stock market fell sharply on Tuesday after the central bank signalled that interest rates would stay higher for longer than investors had expected. Technology shares led the decline, while energy companies gained as oil prices rose for the third day in a row. Analysts warned that volatility could continue into next month.",
+    "Question: A train travels 240 kilometres in 3 hours. What is its average speed?\nAnswer: The average speed is the distance divided by the time, so 240 km / 3 h = 80 km/h. Question: If it keeps this speed, how far will it travel in 5 hours?\nAnswer: 80 km/h times 5 h is 400 km.",
+    "The mitochondria are often called the powerhouses of the cell because they produce most of the cell's supply of adenosine triphosphate, the molecule that stores and carries energy. They have their own small genome, which is inherited from the mother, and scientists believe they descended from bacteria that were engulfed by early cells.",
+    "In 1969, the Apollo 11 mission landed the first humans on the Moon. Neil Armstrong and Buzz Aldrin spent about two and a half hours walking on the surface, collecting rock samples and setting up experiments, while Michael Collins orbited above in the command module. The astronauts returned safely to Earth on July 24.",
+    "import numpy as np\n\n# compute the mean and standard deviation of each column\ndata = np.loadtxt('measurements.csv', delimiter=',', skiprows=1)\nmeans = data.mean(axis=0)\nstds = data.std(axis=0)\nfor name, mean, std in zip(['temperature', 'pressure', 'humidity'], means, stds):\n    print(f'{name}: {mean:.2f} +/- {std:.2f}')\n",
 ]
 STEPS = 64
 # (recipe, format); None: the fp32 export, the speed reference

@@ -358,3 +358,40 @@ def test_generate_kwargs_are_captured_into_one_calibration_set_per_component():
     assert [s["past_key_values"].get_seq_length() for s in decode] == [5, 7]  # its first decode step, after it
     for sample, calibration in zip(samples, prefill):
         assert torch.equal(calibration["input_ids"], sample["input_ids"])
+
+
+def test_quantizer_workarounds_are_registered_and_undone():
+    """The two upstream fixes quantizers need are registered workarounds, applied only around the library call
+    (never by a trace: their ``applies`` wants the quantizer's model), and undone afterwards."""
+    import onnx_ir as ir
+    from onnxruntime.quantization.operators.attention import AttentionQuant
+
+    from hfexport.quantizers.base import quantizer_workarounds
+    from hfexport.workarounds import workarounds
+
+    by_id = {w.id: w for w in workarounds()}
+    ort, xnnpack = by_id["onnxruntime-quantize-standard-attention"], by_id["pt2e-xnnpack-integer-scalars"]
+    assert (ort.backend, xnnpack.backend) == ("onnx", "executorch")
+    assert ort.versions and xnnpack.versions and ort.breaks and xnnpack.breaks
+    tiny = TINY_CASES["llama"].build()
+    assert not ort.applies(tiny, {}) and not xnnpack.applies(tiny, {})  # a trace's model: not theirs
+
+    class _Node:
+        def __init__(self, domain):
+            self.domain, self.op_type, self.name = domain, "Attention", "attention"
+
+    class _Quantizer:
+        def should_quantize_node(self, node):
+            return True
+
+    def should(domain):
+        op = AttentionQuant.__new__(AttentionQuant)
+        op.quantizer, op.node = _Quantizer(), _Node(domain)
+        return op.should_quantize()
+
+    original = AttentionQuant.should_quantize
+    assert should("") and should("com.microsoft")  # ONNX Runtime alone would rewrite the standard op too
+    with quantizer_workarounds([ort.id], ir.Model(ir.Graph([], [], nodes=[]), ir_version=10)) as fired:
+        assert fired == [ort.id]
+        assert not should("") and should("com.microsoft")
+    assert AttentionQuant.should_quantize is original

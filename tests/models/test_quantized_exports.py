@@ -22,11 +22,11 @@ STEPS = 64
 PROMPT_LEN = 8
 
 # (recipe, format) -> (max weight-bytes ratio vs fp32, min top-1 agreement): what each pair reaches here, with a
-# margin. PT2E for OpenVINO and ExecuTorch leaves the embedding (15 % of the tiny Llama) in fp32.
+# margin. PT2E for ExecuTorch leaves the embedding (15 % of the tiny Llama) in fp32.
 PAIRS = {
     ("pt2e-int8", "dynamo"): (0.35, 0.75),
     ("pt2e-int8", "onnx"): (0.35, 0.75),
-    ("pt2e-int8", "openvino"): (0.45, 0.75),
+    ("pt2e-int8", "openvino"): (0.35, 0.75),  # measured 0.264 (the embedding int8 too)
     ("pt2e-int8", "executorch"): (0.6, 0.75),  # the whole .pte; measured 0.58 (not investigated further)
     ("ort-dynamic", "onnx"): (0.35, 0.75),
     ("ort-static", "onnx"): (0.35, 0.75),
@@ -93,3 +93,107 @@ def test_quantized_export_runs_shrinks_and_agrees(name, fmt, llama, tmp_path):
     got = reloaded(input_ids=inputs, attention_mask=torch.ones_like(inputs)).logits
     diff = float((got - eager).abs().max())
     assert 0 < diff < 0.5 * float(eager.abs().max()), diff
+
+
+# --- the int8 recipes' per-layer choices: float activations and int8 weights for the outlier-carrying layers ------
+
+DOWN = [r"\.mlp\.down_proj$"]
+
+
+def test_ort_weight_only_modules_keep_float_activations_and_int8_weights(llama, tmp_path):
+    """OnnxRuntimeQuantizer(weight_only_modules=...): the down projections stay float MatMuls reading an int8
+    per-channel weight through DequantizeLinear; the other projections are ONNX Runtime's dynamic int8
+    MatMulInteger; the standard Attention op is left alone (workaround onnxruntime-quantize-standard-attention)."""
+    import onnx
+
+    from hfexport import OnnxRuntimeDynamicConfig, OnnxRuntimeQuantizer
+
+    case, model, sequence, _ = llama
+    layers = model.config.num_hidden_layers
+    config = AutoExportConfig.from_dict({"export_format": "onnx", "dynamic": True})
+    config.quantizer = OnnxRuntimeQuantizer(OnnxRuntimeDynamicConfig(per_channel=True), weight_only_modules=DOWN)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        AutoHfExporter.from_config(config).export(model, case.inputs(2, 7), config).save_pretrained(tmp_path)
+    graph = onnx.load(str(tmp_path / "model.onnx")).graph
+    producers = {out: node for node in graph.node for out in node.output}
+    initializers = {i.name: i for i in graph.initializer}
+    float_matmuls = [n for n in graph.node if n.op_type == "MatMul" and n.input[1] in producers
+                     and producers[n.input[1]].op_type == "DequantizeLinear"]
+    assert len(float_matmuls) == layers
+    for node in float_matmuls:
+        dq = producers[node.input[1]]
+        weight = initializers[dq.input[0]]
+        assert weight.data_type == onnx.TensorProto.INT8 and len(weight.dims) == 2
+        assert initializers[dq.input[1]].dims == [weight.dims[1]]  # one scale per output channel
+        assert producers[node.input[0]].op_type != "DequantizeLinear"  # float activations
+    assert sum(n.op_type == "MatMulInteger" for n in graph.node) >= 6 * layers
+    assert not [n for n in graph.node if n.op_type == "QAttention"]
+    reloaded = ExportedModel.from_pretrained(tmp_path)
+    assert top1_agreement(reloaded, sequence, PROMPT_LEN) >= 0.75
+
+
+def test_pt2e_weight_only_annotator_claims_its_layers_before_x86():
+    """WeightOnlyInt8Quantizer composed before X86InductorQuantizer: the matched linears and the embedding get an
+    int8 per-channel weight and float inputs; every other linear's input is quantized per tensor."""
+    from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
+    from torchao.quantization.pt2e.quantizer.composable_quantizer import ComposableQuantizer
+
+    from hfexport.quantizers.fxgraph import module_path
+    from hfexport.quantizers.pt2e import x86_int8
+    from hfexport.quantizers.pt2e_weights import WeightOnlyInt8Quantizer
+
+    case = TINY_CASES["llama"]
+    model = case.build()
+    inputs = case.inputs(1, 6, padded=False)
+    program = torch.export.export(model, (), dict(inputs), strict=False)
+    quantizer = ComposableQuantizer([WeightOnlyInt8Quantizer(DOWN), x86_int8().quantizer])
+    prepared = prepare_pt2e(program.module(), quantizer)
+    with torch.no_grad():
+        prepared(**inputs)
+    converted = convert_pt2e(prepared, fold_quantize=False)
+    q = torch.ops.quantized_decomposed
+    seen = {"down": 0, "other": 0, "embedding": 0}
+    for node in converted.graph.nodes:
+        if node.target == torch.ops.aten.linear.default:
+            activation, weight = node.args[0], node.args[1]
+            assert weight.target == q.dequantize_per_channel.default, node
+            if module_path(node).endswith("mlp.down_proj"):
+                seen["down"] += 1
+                assert activation.target != q.dequantize_per_tensor.default, node
+            else:
+                seen["other"] += 1
+                assert activation.target == q.dequantize_per_tensor.default, node
+        elif node.target == torch.ops.aten.embedding.default:
+            seen["embedding"] += 1
+            assert node.args[0].target == q.dequantize_per_channel.default
+            assert node.args[0].args[0].args[0].meta["val"].shape == model.get_input_embeddings().weight.shape
+    layers = model.config.num_hidden_layers
+    assert seen == {"down": layers, "other": 6 * layers + 1, "embedding": 1}
+
+
+def test_openvino_int8_weight_only_stores_int8_with_per_channel_scales():
+    """The OpenVINO weight-only pass: a MatMul's f32 constant weight becomes Constant(i8) -> Convert -> Multiply,
+    and the model's output stays within int8 rounding of the float one."""
+    import numpy as np
+    import openvino as ov
+    import openvino.opset13 as ops
+
+    from hfexport.quantizers.nncf import _openvino_int8_weight_only
+
+    rng = np.random.default_rng(0)
+    weight = (rng.standard_normal((16, 32)) * np.linspace(0.01, 3, 16)[:, None]).astype(np.float32)
+    x = ops.parameter([4, 32], np.float32, name="x")
+    matmul = ops.matmul(x, ops.constant(weight), transpose_a=False, transpose_b=True, name="proj")
+    model = ov.Model([matmul], [x])
+    data = rng.standard_normal((4, 32)).astype(np.float32)
+    expected = data @ weight.T
+    _openvino_int8_weight_only(model, {"proj"})
+    constants = [op for op in model.get_ordered_ops() if op.get_type_name() == "Constant"]
+    shapes = {(c.get_element_type().get_type_name(), tuple(c.get_output_shape(0))) for c in constants}
+    assert ("i8", (16, 32)) in shapes and ("f32", (16, 32)) not in shapes and ("f32", (16, 1)) in shapes
+    got = ov.Core().compile_model(model, "CPU")(data)[0]
+    # per output channel: the error scales with that row's largest weight, not the largest overall
+    bound = np.abs(data).sum(1, keepdims=True) * (np.abs(weight).max(1) / 254)[None, :]
+    assert np.all(np.abs(got - expected) <= bound + 1e-5)
+    assert not np.allclose(got, expected, atol=0, rtol=0)

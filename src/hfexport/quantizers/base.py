@@ -8,6 +8,7 @@ model a backend converts it into (``onnx_ir.Model``, ``openvino.Model``). The ex
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
 import importlib.metadata
@@ -21,7 +22,7 @@ from .._versions import TESTED, normalize, pip_line
 from ..configs import ExportFormat, parse_format
 from ..errors import MissingPackageError, UnsupportedError
 
-__all__ = ["ExportQuantizer", "CalibrationSet", "LibraryArguments"]
+__all__ = ["ExportQuantizer", "CalibrationSet", "LibraryArguments", "quantizer_workarounds"]
 
 _drift_warned: set[tuple[str, str, str]] = set()
 
@@ -90,6 +91,11 @@ class ExportQuantizer:
         calibration_dataset: Input dicts the quantizer calibrates on: a list, or a ``DataLoader`` whose batches
             collate to model inputs. For ``export_for_generation`` they are ``generate`` kwargs, captured into one
             calibration set per component. ``None`` calibrates on the export's sample inputs, with a warning.
+        weight_only_modules: Regular expressions (``re.search``) over module paths (``model.layers.0.mlp.down_proj``,
+            ``model.embed_tokens``): the layers they match keep float activations and get int8 weights, one
+            symmetric scale per output channel (per embedding row). For the layers whose inputs carry large
+            activation outliers (the MLPs of Llama-family models), which per-tensor int8 activations lose. Empty
+            (the default): the library's own choice for every layer.
 
     Example:
         >>> class Identity(ExportQuantizer):
@@ -104,8 +110,11 @@ class ExportQuantizer:
     required_packages: ClassVar[dict[str, str]] = {}
     quantizes_fx_graph: ClassVar[bool] = False
 
-    def __init__(self, calibration_dataset: Iterable[dict[str, Any]] | None = None):
+    def __init__(
+        self, calibration_dataset: Iterable[dict[str, Any]] | None = None, *, weight_only_modules: Iterable[str] = ()
+    ):
         self.calibration_dataset = calibration_dataset
+        self.weight_only_modules = tuple(weight_only_modules)
 
     @property
     def tested_versions(self) -> dict[str, str]:
@@ -154,6 +163,10 @@ class ExportQuantizer:
     def check_options(self, export_format: ExportFormat | str) -> None:
         """Raise ``ValueError`` for options this quantizer cannot honour on ``export_format`` (before tracing)."""
 
+    def read_program(self, program: Any) -> None:
+        """Called with the traced ``ExportedProgram`` before the backend converts it, for a quantizer of the converted
+        model that needs what only the program knows (the module each op comes from)."""
+
     def quantize(self, model: Any, sample_inputs: dict[str, Any], export_format: ExportFormat) -> Any:
         """Quantize ``model`` (the ``ExportedProgram`` if :attr:`quantizes_fx_graph`, else the backend's model) and
         return the result, calibrated on ``calibration_dataset``, or on the export's ``sample_inputs``."""
@@ -170,6 +183,8 @@ class ExportQuantizer:
     def to_dict(self) -> dict[str, Any]:
         """A description for the saved export config (not meant to rebuild the quantizer)."""
         out: dict[str, Any] = {"type": type(self).__name__, "calibrated": self.calibration_dataset is not None}
+        if getattr(self, "weight_only_modules", ()):
+            out["weight_only_modules"] = list(self.weight_only_modules)
         config = getattr(self, "config", None)
         if config is not None:
             out["config"] = {"type": type(config).__name__, **{k: repr(v) for k, v in config.to_kwargs().items()}}
@@ -178,6 +193,29 @@ class ExportQuantizer:
     def __repr__(self) -> str:
         config = getattr(self, "config", None)
         return f"{type(self).__name__}({'' if config is None else repr(config)})"
+
+
+@contextlib.contextmanager
+def quantizer_workarounds(ids: Iterable[str], model: Any, inputs: dict | None = None) -> Iterator[list[str]]:
+    """Apply the registered workarounds ``ids`` (hfexport.workarounds) that are in their version range and apply to
+    ``model`` (the model a quantizer is given), for the duration of a quantization library's call; yields the ids
+    that fired. A quantizer runs after the trace, out of the trace's workaround scope, so it applies its own."""
+    from ..workarounds import workarounds
+    from ..workarounds.registry import _apply_lock
+
+    wanted = set(ids)
+    fired: list[str] = []
+    undos = []
+    with _apply_lock:
+        try:
+            for w in workarounds():
+                if w.id in wanted and w.in_version_range() and w.applies(model, inputs or {}):
+                    undos.append(w.apply(model, inputs or {}))
+                    fired.append(w.id)
+            yield fired
+        finally:
+            for undo in reversed(undos):
+                undo()
 
 
 def _is_traced_key(key: str) -> bool:

@@ -13,7 +13,18 @@ import torch
 import torch.utils._pytree as pytree
 from torch.export import Dim, ShapesCollection
 
-__all__ = ["graph_module", "reexport", "traced_keys", "drop_unused_weights"]
+__all__ = ["graph_module", "reexport", "traced_keys", "drop_unused_weights", "module_path"]
+
+
+def module_path(node: torch.fx.Node) -> str:
+    """The path of the innermost module that called ``node`` (``model.layers.0.mlp.down_proj``), or ``""``."""
+    import re
+
+    stack = node.meta.get("nn_module_stack") or {}
+    if not stack:
+        return ""
+    path = list(stack.values())[-1][0]
+    return re.sub(r"^L\['self'\]\.?|^L__self__\.?", "", str(path))
 
 
 def graph_module(program: torch.export.ExportedProgram) -> torch.fx.GraphModule:

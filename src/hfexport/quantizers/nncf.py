@@ -87,8 +87,10 @@ class _NNCFQuantizer(ExportQuantizer):
         self,
         config: NNCFQuantizationConfig | NNCFWeightCompressionConfig | None = None,
         calibration_dataset: Iterable[dict[str, Any]] | None = None,
+        *,
+        weight_only_modules: Iterable[str] = (),
     ):
-        super().__init__(calibration_dataset)
+        super().__init__(calibration_dataset, weight_only_modules=weight_only_modules)
         config = NNCFQuantizationConfig() if config is None else config
         if not isinstance(config, NNCFQuantizationConfig | NNCFWeightCompressionConfig):
             raise TypeError(
@@ -107,12 +109,15 @@ class _NNCFQuantizer(ExportQuantizer):
                     "OpenVINO models only; use NNCFOpenVINOQuantizer with an OpenVINO export"
                 )
 
-    def _run(self, model: Any, calibration: CalibrationSet) -> Any:
+    def _run(self, model: Any, calibration: CalibrationSet, ignored: list[str] = ()) -> Any:
+        """``nncf.quantize`` (leaving the nodes ``ignored`` in float) or ``nncf.compress_weights``."""
         import nncf
 
         if isinstance(self.config, NNCFQuantizationConfig):
             kwargs = self.config.to_kwargs()
             kwargs.setdefault("model_type", nncf.ModelType.TRANSFORMER)
+            if ignored:
+                kwargs["ignored_scope"] = _with_names(kwargs.get("ignored_scope"), ignored)
             return nncf.quantize(model, nncf.Dataset(calibration), **kwargs)
         dataset = None if self.config.is_data_free() else nncf.Dataset(calibration)
         return nncf.compress_weights(model, dataset=dataset, **self.config.to_kwargs())
@@ -166,6 +171,12 @@ class NNCFOpenVINOQuantizer(_NNCFQuantizer):
     def unsupported_hint(self, export_format: ExportFormat | str) -> str:
         return "; NNCFOnnxQuantizer quantizes ONNX exports, NNCFTorchFXQuantizer the FX graph of any export"
 
+    def read_program(self, program: Any) -> None:
+        """The module path of each FX node: the PyTorch frontend names an op after its node (``linear_6/...``)."""
+        from .fxgraph import module_path
+
+        self._module_paths = {node.name: module_path(node) for node in program.graph.nodes}
+
     def quantize(self, model: Any, sample_inputs: dict[str, Any], export_format: ExportFormat) -> Any:
         keys = [k for k in sample_inputs if _is_traced_key(k)]
         names = [port.get_any_name() for port in model.inputs]
@@ -173,7 +184,11 @@ class NNCFOpenVINOQuantizer(_NNCFQuantizer):
         calibration = CalibrationSet(
             self.calibration_dataset, sample_inputs, lambda s: flat_feeds(s, keys, names, dtypes)
         )
-        return self._run(model, calibration)
+        weight_only = _openvino_nodes_in_modules(model, self.weight_only_modules, getattr(self, "_module_paths", {}))
+        quantized = self._run(model, calibration, weight_only)
+        if weight_only and isinstance(self.config, NNCFQuantizationConfig):
+            _openvino_int8_weight_only(quantized, set(weight_only))
+        return quantized
 
 
 class NNCFOnnxQuantizer(_NNCFQuantizer):
@@ -197,10 +212,69 @@ class NNCFOnnxQuantizer(_NNCFQuantizer):
 
         from .onnxruntime import onnx_calibration
 
+        from .onnx_weights import int8_weight_only, nodes_in_modules
+
         _fold_weight_transposes(model)
+        weight_only = nodes_in_modules(model, self.weight_only_modules, ("MatMul", "Gather"))
         calibration = onnx_calibration(model, sample_inputs, self.calibration_dataset)
-        quantized = self._run(ir.serde.serialize_model(model), calibration)
-        return ir.serde.deserialize_model(quantized)
+        quantized = ir.serde.deserialize_model(self._run(ir.serde.serialize_model(model), calibration, weight_only))
+        if isinstance(self.config, NNCFQuantizationConfig):
+            int8_weight_only(quantized, weight_only)  # NNCF keeps the names of the nodes it leaves alone
+        return quantized
+
+
+def _with_names(ignored_scope: Any, names: list[str]) -> Any:
+    """``ignored_scope`` (an ``nncf.IgnoredScope`` or ``None``) with ``names`` added."""
+    import nncf
+
+    if ignored_scope is None:
+        return nncf.IgnoredScope(names=list(names))
+    return dataclasses.replace(ignored_scope, names=[*ignored_scope.names, *names])
+
+
+def _openvino_nodes_in_modules(model: Any, patterns: Iterable[str], paths: dict[str, str]) -> list[str]:
+    """Friendly names of the ``MatMul`` ops of an OpenVINO model converted from an ``ExportedProgram`` whose module
+    path matches one of ``patterns``: the frontend names each op after its FX node (``linear_6/aten.linear.default/
+    MatMul``), ``paths`` maps node names to module paths (:meth:`NNCFOpenVINOQuantizer.read_program`)."""
+    import re
+
+    compiled = [re.compile(p) for p in patterns]
+    if not compiled:
+        return []
+    out = []
+    for op in model.get_ordered_ops():
+        if op.get_type_name() != "MatMul":
+            continue
+        path = paths.get(op.get_friendly_name().split("/")[0], "")
+        if path and any(p.search(path) for p in compiled):
+            out.append(op.get_friendly_name())
+    return out
+
+
+def _openvino_int8_weight_only(model: Any, names: set[str]) -> None:
+    """Store the f32 constant weight of each named ``MatMul`` as int8 with one scale per output channel
+    (``Constant(i8) -> Convert -> Multiply``, the compressed-weight pattern OpenVINO's CPU plugin runs as is)."""
+    import numpy as np
+    import openvino as ov
+    import openvino.opset13 as ops
+
+    for op in model.get_ordered_ops():
+        if op.get_type_name() != "MatMul" or op.get_friendly_name() not in names:
+            continue
+        port = op.input(1)
+        source = port.get_source_output().get_node()
+        if source.get_type_name() != "Constant" or source.get_element_type() != ov.Type.f32:
+            continue
+        weight = source.get_data()
+        if weight.ndim != 2:
+            continue
+        axis = 1 if op.get_transpose_b() else 0  # the reduced (input) axis
+        scale = np.abs(weight).max(axis=axis, keepdims=True) / 127.0
+        scale = np.where(scale == 0, 1.0, scale).astype(np.float32)
+        q = np.clip(np.round(weight / scale), -127, 127).astype(np.int8)
+        name = source.get_friendly_name()
+        dequantized = ops.multiply(ops.convert(ops.constant(q, name=f"{name}/int8"), ov.Type.f32), ops.constant(scale))
+        port.replace_source_output(dequantized.output(0))
 
 
 def _fold_weight_transposes(model: Any) -> None:

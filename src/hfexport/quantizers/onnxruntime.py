@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from ..configs import ExportFormat
-from .base import CalibrationSet, ExportQuantizer, LibraryArguments, _is_traced_key
+from .base import CalibrationSet, ExportQuantizer, LibraryArguments, _is_traced_key, quantizer_workarounds
 from .calibration import flat_feeds, numpy_dtype
 
 __all__ = ["OnnxRuntimeQuantizer", "OnnxRuntimeStaticConfig", "OnnxRuntimeDynamicConfig"]
@@ -72,8 +72,10 @@ class OnnxRuntimeQuantizer(ExportQuantizer):
         self,
         config: OnnxRuntimeStaticConfig | OnnxRuntimeDynamicConfig | None = None,
         calibration_dataset: Iterable[dict[str, Any]] | None = None,
+        *,
+        weight_only_modules: Iterable[str] = (),
     ):
-        super().__init__(calibration_dataset)
+        super().__init__(calibration_dataset, weight_only_modules=weight_only_modules)
         config = OnnxRuntimeStaticConfig() if config is None else config
         if not isinstance(config, OnnxRuntimeStaticConfig | OnnxRuntimeDynamicConfig):
             raise TypeError(
@@ -87,25 +89,37 @@ class OnnxRuntimeQuantizer(ExportQuantizer):
 
     def quantize(self, model: Any, sample_inputs: dict[str, Any], export_format: ExportFormat) -> Any:
         import onnx_ir as ir
-        from onnxruntime.quantization import quantize_dynamic, quantize_static
 
+        from .onnx_weights import int8_weight_only, nodes_in_modules
+
+        weight_only = nodes_in_modules(model, self.weight_only_modules, ("MatMul",))  # ONNX Runtime does the embedding
         with tempfile.TemporaryDirectory() as tmp:
             # quantize from and to files with external data: a model past protobuf's 2 GB limit works too
             source, target = Path(tmp, "model.onnx"), Path(tmp, "quantized.onnx")
             ir.save(model, source, external_data="model.onnx.data")
-            kwargs = self.config.to_kwargs()
-            kwargs["nodes_to_exclude"] = [*(kwargs.get("nodes_to_exclude") or []), *_onnx_attention_nodes(model)]
-            if isinstance(self.config, OnnxRuntimeDynamicConfig):
-                _drop_initializer_value_info(source)
-                quantize_dynamic(source, target, use_external_data_format=True, **kwargs)
-            else:
-                quantize_static(
-                    source, target, _FeedReader(onnx_calibration(model, sample_inputs, self.calibration_dataset)),
-                    use_external_data_format=True, **kwargs,
-                )
+            with quantizer_workarounds(["onnxruntime-quantize-standard-attention"], model):
+                self._quantize(model, source, target, sample_inputs, weight_only)
             quantized = ir.load(target)
             _load_in_memory(quantized)  # before the temporary directory goes
+        int8_weight_only(quantized, weight_only)  # ONNX Runtime left them float (nodes_to_exclude keeps their names)
         return quantized
+
+    def _quantize(
+        self, model: Any, source: Path, target: Path, sample_inputs: dict[str, Any], weight_only: list[str]
+    ) -> None:
+        from onnxruntime.quantization import quantize_dynamic, quantize_static
+
+        kwargs = self.config.to_kwargs()
+        if weight_only:
+            kwargs["nodes_to_exclude"] = [*(kwargs.get("nodes_to_exclude") or []), *weight_only]
+        if isinstance(self.config, OnnxRuntimeDynamicConfig):
+            _drop_initializer_value_info(source)
+            quantize_dynamic(source, target, use_external_data_format=True, **kwargs)
+        else:
+            quantize_static(
+                source, target, _FeedReader(onnx_calibration(model, sample_inputs, self.calibration_dataset)),
+                use_external_data_format=True, **kwargs,
+            )
 
 
 def onnx_calibration(model: Any, sample_inputs: dict[str, Any], dataset: Any) -> CalibrationSet:
@@ -114,13 +128,6 @@ def onnx_calibration(model: Any, sample_inputs: dict[str, Any], dataset: Any) ->
     names = [v.name for v in model.graph.inputs]
     dtypes = [numpy_dtype(v.dtype.numpy().name) for v in model.graph.inputs]
     return CalibrationSet(dataset, sample_inputs, lambda s: flat_feeds(s, keys, names, dtypes))
-
-
-def _onnx_attention_nodes(model: Any) -> list[str]:
-    """Names of the standard (opset 23) ``Attention`` nodes: ONNX Runtime's quantizer matches ops by type alone and
-    would turn them into its ``com.microsoft`` ``QAttention``, whose inputs and attributes differ (the session then
-    refuses the graph: "Unrecognized attribute: is_causal for operator QAttention")."""
-    return [node.name for node in model.graph if node.op_type == "Attention" and node.domain in ("", "ai.onnx")]
 
 
 def _drop_initializer_value_info(path: Path) -> None:

@@ -28,6 +28,16 @@ __all__ = ["RECIPES", "recipe", "read_prompts", "prompt_samples", "cli_quantizer
 
 RECIPES = ("pt2e-int8", "ort-dynamic", "ort-static", "nncf-int8", "nncf-int4")
 
+# The int8 recipes keep these layers' activations in float and store their weights as int8 (one scale per output
+# channel): MLP projections of Llama-family models (Llama, Mistral, Qwen2, Gemma, SmolLM2), whose inputs carry the
+# large activation outliers one per-tensor int8 scale loses. Patterns over module paths (re.search). Measured on
+# SmolLM2-135M (top-1 agreement with eager, one graph over 82 tokens): ONNX Runtime dynamic 61 % -> 88 % with the
+# down projections float, 94 % with the whole MLP; NNCF on OpenVINO (SmoothQuant, 12 realistic calibration prompts)
+# 84 % -> 95 % with the down projections, 88 % with the whole MLP.
+MLP_MODULES = (r"(^|\.)mlp\.(gate_proj|up_proj|down_proj)$",)
+DOWN_PROJ_MODULES = (r"(^|\.)mlp\.down_proj$",)
+WEIGHT_ONLY_MODULES = MLP_MODULES
+
 
 def recipe(name: str, export_format: ExportFormat | str, calibration: Iterable[dict] | None = None) -> ExportQuantizer:
     """The quantizer recipe ``name`` builds for ``export_format``.
@@ -49,9 +59,13 @@ def recipe(name: str, export_format: ExportFormat | str, calibration: Iterable[d
 
         # per-channel weights: ONNX Runtime's per-tensor default loses half of SmolLM2's greedy tokens
         if name == "ort-dynamic":
-            quantizer = OnnxRuntimeQuantizer(OnnxRuntimeDynamicConfig(per_channel=True))
+            quantizer = OnnxRuntimeQuantizer(
+                OnnxRuntimeDynamicConfig(per_channel=True), weight_only_modules=WEIGHT_ONLY_MODULES
+            )
         else:
-            quantizer = OnnxRuntimeQuantizer(OnnxRuntimeStaticConfig(per_channel=True), calibration_dataset=calibration)
+            quantizer = OnnxRuntimeQuantizer(
+                _ort_static_config(), calibration_dataset=calibration, weight_only_modules=WEIGHT_ONLY_MODULES
+            )
     else:
         quantizer = _nncf(name, fmt, calibration)
     quantizer.validate_environment(fmt)  # an unsupported pair says so now, before the model loads
@@ -60,14 +74,16 @@ def recipe(name: str, export_format: ExportFormat | str, calibration: Iterable[d
 
 def _pt2e(fmt: Any, calibration: Iterable[dict] | None) -> ExportQuantizer:
     from torchao.quantization.pt2e.quantizer.composable_quantizer import ComposableQuantizer
-    from torchao.quantization.pt2e.quantizer.embedding_quantizer import EmbeddingQuantizer
 
     from .pt2e import PT2EQuantizer, x86_int8, xnnpack_int8
 
-    base = xnnpack_int8() if fmt == ExportFormat.EXECUTORCH else x86_int8()
-    if fmt in (ExportFormat.DYNAMO, ExportFormat.ONNX):
-        return PT2EQuantizer(ComposableQuantizer([EmbeddingQuantizer(), base.quantizer]), calibration)
-    return PT2EQuantizer(base.quantizer, calibration)
+    if fmt == ExportFormat.EXECUTORCH:
+        return PT2EQuantizer(xnnpack_int8().quantizer, calibration)
+    from .pt2e_weights import WeightOnlyInt8Quantizer
+
+    # int8 weight-only for the outlier-carrying MLP layers and the embedding (the tied lm_head is a linear: int8 too)
+    weight_only = WeightOnlyInt8Quantizer(WEIGHT_ONLY_MODULES, embeddings=True)
+    return PT2EQuantizer(ComposableQuantizer([weight_only, x86_int8().quantizer]), calibration)
 
 
 def _nncf(name: str, fmt: Any, calibration: Iterable[dict] | None) -> ExportQuantizer:
@@ -91,7 +107,13 @@ def _nncf(name: str, fmt: Any, calibration: Iterable[dict] | None) -> ExportQuan
         # weight-only on the FX graph: ExecuTorch lowers nothing else, and nncf.quantize fails on a Llama FX graph
         # in NNCF 3.4 (min-max statistics of the boolean mask, then SmoothQuant modules torch.export cannot re-trace)
         return cls(NNCFWeightCompressionConfig(mode=nncf.CompressWeightsMode.INT8_SYM))
-    return cls(NNCFQuantizationConfig(), calibration_dataset=calibration)
+    return cls(NNCFQuantizationConfig(), calibration_dataset=calibration, weight_only_modules=DOWN_PROJ_MODULES)
+
+
+def _ort_static_config() -> Any:
+    from .onnxruntime import OnnxRuntimeStaticConfig
+
+    return OnnxRuntimeStaticConfig(per_channel=True)
 
 
 def read_prompts(path: str | Path) -> list[str]:

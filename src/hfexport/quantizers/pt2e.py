@@ -8,7 +8,7 @@ from typing import Any
 import torch
 
 from ..configs import ExportFormat
-from .base import ExportQuantizer
+from .base import ExportQuantizer, quantizer_workarounds
 from .fxgraph import graph_module, reexport
 
 __all__ = ["PT2EQuantizer", "x86_int8", "xnnpack_int8"]
@@ -51,7 +51,9 @@ class PT2EQuantizer(ExportQuantizer):
         from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
 
         calibration = self.traced_calibration(sample_inputs)
-        prepared = _integer_scalars_back(prepare_pt2e(graph_module(model), self.quantizer))
+        module = graph_module(model)
+        with quantizer_workarounds(["pt2e-xnnpack-integer-scalars"], module):
+            prepared = prepare_pt2e(module, self.quantizer)
         with torch.no_grad():
             for inputs in calibration:
                 prepared(**inputs)
@@ -65,28 +67,6 @@ class PT2EQuantizer(ExportQuantizer):
 
     def __repr__(self) -> str:
         return f"PT2EQuantizer({type(self.quantizer).__name__})"
-
-
-def _integer_scalars_back(module: torch.fx.GraphModule) -> torch.fx.GraphModule:
-    """Give back their integer dtype to the scalars of integer ``add``/``mul`` that the quantizer made float tensors.
-
-    ``XNNPACKQuantizer.transform_for_annotation`` (executorch 1.5, backends/xnnpack/quantizer/xnnpack_quantizer.py,
-    ``_convert_scalars_to_attrs``) turns every scalar argument of ``add``/``mul`` into ``torch.tensor(float(x))``,
-    integer arithmetic included: the mask's index arithmetic then yields floats and the prepared graph fails on its
-    first calibration forward ("tensors used as indices must be long"). Drop once the upstream pass skips integer ops.
-    """
-    for node in module.graph.nodes:
-        if node.op != "call_function" or node.target not in (torch.ops.aten.add.Tensor, torch.ops.aten.mul.Tensor):
-            continue
-        value = node.meta.get("val")
-        if not isinstance(value, torch.Tensor) or value.is_floating_point():
-            continue
-        for arg in node.args:
-            if isinstance(arg, torch.fx.Node) and arg.op == "get_attr" and str(arg.target).startswith("_tensor_constant"):
-                constant = getattr(module, arg.target)
-                if constant.is_floating_point():
-                    module.register_buffer(arg.target, constant.to(value.dtype))
-    return module
 
 
 def x86_int8(calibration_dataset: Iterable[dict[str, Any]] | None = None) -> PT2EQuantizer:

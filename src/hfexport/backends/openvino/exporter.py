@@ -55,6 +55,8 @@ class OpenVINOExporter(HfExporter):
             # runs inside the trace's workaround scope, so that the OpenVINO workarounds (around convert_model) apply
             if quantizer is not None and quantizer.quantizes_fx_graph:
                 program = quantizer.quantize(program, sample_inputs, self.export_format)
+            elif quantizer is not None:
+                quantizer.read_program(program)  # what only the program knows (each op's module), for quantize()
             start = time.perf_counter()
             converted.append(convert(program))
             logger.info("openvino.convert_model: %.1fs", time.perf_counter() - start)
