@@ -22,7 +22,6 @@ ExecuTorch is left out unless ``--backends`` names it: its SmolLM2 export takes 
 from __future__ import annotations
 
 import argparse
-import copy
 import json
 import os
 import sys
@@ -34,6 +33,10 @@ from typing import Any
 import torch
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+from common import ensure_importable, static_generation_config, timed_generate  # noqa: E402
+
 DEFAULT_BACKENDS = ("dynamo", "onnx", "openvino")
 RECIPE_OPTIONS = {"onnx": {"ort_fusions": "cpu"}}
 TOLERANCE = {"dynamo": 1e-4, "onnx": 1e-4, "openvino": 1e-3, "executorch": 1e-3}
@@ -42,13 +45,6 @@ TEXT = (
     "metal type, oil-based inks and a wooden screw press into a system that could produce books quickly and "
     "cheaply. Before that, texts were copied by hand, which made them rare and expensive. "
 )
-
-
-def _ensure_importable() -> None:
-    try:
-        import hfexport  # noqa: F401
-    except ImportError:
-        sys.path.insert(0, str(HERE.parent / "src"))
 
 
 def long_prompt(tokenizer: Any, length: int) -> dict[str, torch.Tensor]:
@@ -60,11 +56,8 @@ def long_prompt(tokenizer: Any, length: int) -> dict[str, torch.Tensor]:
 
 
 def _timed(generate: Any, prompt: dict, new_tokens: int) -> tuple[list[int], float]:
-    from hfexport.run_cli import TimingStreamer
-
-    timer = TimingStreamer()
-    out = generate(**prompt, max_new_tokens=new_tokens, min_new_tokens=new_tokens, do_sample=False, streamer=timer)
-    return out[0, prompt["input_ids"].shape[1]:].tolist(), timer.stats()["prefill_s"]
+    tokens, stats = timed_generate(generate, prompt, new_tokens, min_new_tokens=new_tokens)
+    return tokens, stats["prefill_s"]
 
 
 def _best(generate: Any, prompt: dict, new_tokens: int, repeats: int) -> tuple[list[int], float]:
@@ -87,8 +80,7 @@ def bench_backend(backend: str, model: Any, tokenizer: Any, prompt: dict, args: 
     row: dict[str, Any] = {"backend": backend}
     options = {"export_format": backend, "dynamic": True}
     config = AutoExportConfig.from_dict({**options, **RECIPE_OPTIONS.get(backend, {})})
-    gen = copy.deepcopy(model.generation_config)
-    gen.do_sample, gen.cache_implementation, gen.max_cache_len = False, "static", args.cache_len
+    gen = static_generation_config(model, args.cache_len)
     sample = dict(tokenizer(["Hello, world!"], return_tensors="pt"))
     start = time.perf_counter()
     exported = AutoHfExporter.from_config(config).export_for_generation(
@@ -189,7 +181,7 @@ def main(argv: list[str] | None = None) -> int:
     args, _ = parser.parse_known_args(argv)  # make bench passes every benchmark's options to each
     if args.quick:
         args.backends, args.prompt_len, args.new_tokens, args.cache_len, args.repeats = ("dynamo",), 64, 4, 96, 1
-    _ensure_importable()
+    ensure_importable()
     report = run(args)
     text = render(report)
     print(text)
