@@ -256,8 +256,10 @@ class TextState:
         if kind == "2d":
             call["attention_mask"] = self.mask[:, : start + q]
         elif kind in ("4d", "dict"):
+            # a growing cache's slots are the positions so far (a prefill graph traced with a prepared 4D mask)
+            valid = self.valid if self.valid is not None else self.mask[:, : start + q].bool()
             call["attention_mask"] = _slot_masks(
-                kind, component.mask_keys(), self.valid, torch.arange(start, start + q), self.window
+                kind, component.mask_keys(), valid, torch.arange(start, start + q), self.window
             )
         if component.cache_key:
             call[component.cache_key] = cache

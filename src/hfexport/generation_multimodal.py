@@ -5,11 +5,15 @@ from ``embed_tokens``, the image features from the image encoder (and projector)
 then ``language_model`` and ``lm_head`` on the last position. The decode steps run the ``decode`` graph (the whole
 model on one new token and the cache). Positions follow ``generate()``: from the attention mask, or for M-RoPE
 models (Qwen2-VL) the model class's own ``get_rope_index`` (no weights involved) with the text positions as the
-first row; each step then adds one to the last position, as ``_update_model_kwargs_for_generation`` does.
+first row; each step then adds one to the last position, as ``_update_model_kwargs_for_generation`` does
+(PaliGemma's positions start at 1: :data:`POSITION_OFFSET`). A language model traced with a prepared 4D mask gets,
+where the prompt carries token types, the model class's own ``create_masks_for_generate`` masks: its bidirectional
+blocks (PaliGemma's prompt prefix, Gemma3's images) are the model's rule, not a causal one.
 """
 
 from __future__ import annotations
 
+import copy
 import importlib
 import types
 from typing import Any
@@ -27,9 +31,13 @@ from .capture.multimodal import (
 from .errors import UnsupportedError
 from .generation import TextState, _Component, decode_loop
 
-__all__ = ["generate_multimodal"]
+__all__ = ["generate_multimodal", "POSITION_OFFSET"]
 
 _NEEDED = ("embed_tokens", "language_model", "lm_head", "decode")
+_TOKEN_TYPES = ("token_type_ids", "mm_token_type_ids")
+#: model_type -> what the class's ``prepare_inputs_for_generation`` adds to the mask-derived position ids
+#: (``PaliGemmaForConditionalGeneration``: "position_ids in Paligemma are 1-indexed").
+POSITION_OFFSET = {"paligemma": 1}
 
 
 def generate_multimodal(exported: Any, gen: Any, streamer: Any, inputs: dict) -> torch.Tensor:
@@ -66,13 +74,17 @@ def generate_multimodal(exported: Any, gen: Any, streamer: Any, inputs: dict) ->
     embeds = _run(parts["embed_tokens"], {_only_key(parts["embed_tokens"]): input_ids})
     embeds = _merge_modalities(config, parts, input_ids, embeds, inputs)
     positions = _prefill_positions(exported, lm, input_ids, mask2d, inputs)
+    positions = positions + POSITION_OFFSET.get(getattr(config, "model_type", None), 0)
     window = getattr(_text_config(config), "sliding_window", None)
     text = TextState(mask2d, gen.max_new_tokens, decode.cache_capacity(), window, positions=positions)
 
-    lm_out = lm.runner(inputs_embeds=embeds, **text.kwargs(lm, 0, prompt_len, lm.initial_cache(batch)))
+    call = text.kwargs(lm, 0, prompt_len, lm.initial_cache(batch))
+    _use_model_masks(exported, lm, call, embeds, mask2d, inputs)
+    lm_out = lm.runner(inputs_embeds=embeds, **call)
     hidden = lm_out.last_hidden_state if hasattr(lm_out, "last_hidden_state") else lm_out[0]
     logits = _run(head, {_only_key(head): hidden[:, -1:, :]})
-    type_ids = {k: inputs.get(k) for k in ("token_type_ids", "mm_token_type_ids") if decode.takes(k)}
+    # token types the decode graph reads (Gemma3's are a constant None after the prompt)
+    type_ids = {k: inputs.get(k) for k in _TOKEN_TYPES if decode.kwargs.get(k, {}).get("kind") == "tensor"}
     state = {"cache": getattr(lm_out, lm.cache_key) if lm.cache_key else None}
 
     def step(token: torch.Tensor) -> torch.Tensor:
@@ -87,6 +99,52 @@ def generate_multimodal(exported: Any, gen: Any, streamer: Any, inputs: dict) ->
         return out.logits
 
     return decode_loop(gen, streamer, input_ids, logits, step)
+
+
+def _use_model_masks(exported: Any, lm: _Component, call: dict, embeds: torch.Tensor, mask2d: torch.Tensor,
+                     inputs: dict) -> None:
+    """Put the model class's own prefill masks into ``call`` where the language model takes prepared 4D masks and
+    the prompt carries token types (``call`` holds causal-and-padding ones; a static cache's extra slots stay
+    masked)."""
+    token_types = {k: inputs[k] for k in _TOKEN_TYPES if inputs.get(k) is not None}
+    if lm.mask_kind() not in ("4d", "dict") or not token_types:
+        return
+    cls = _model_class(exported)
+    make = getattr(cls, "create_masks_for_generate", None)
+    if make is None:
+        raise UnsupportedError(
+            f"{getattr(cls, '__name__', cls)}'s language model takes a prepared 4D attention mask and the prompt has "
+            f"{sorted(token_types)}, but the class has no create_masks_for_generate to build it from them; pass "
+            "the prompt without token types if the model attends causally"
+        )
+    config = copy.deepcopy(exported.config)
+    config._attn_implementation = "sdpa"  # boolean masks, as the traced graph takes them
+    with torch.no_grad():
+        masks = make(config=config, inputs_embeds=embeds, attention_mask=mask2d, past_key_values=None,
+                     position_ids=None, is_first_iteration=True, **token_types)
+    current = call["attention_mask"]
+    if isinstance(current, dict):
+        call["attention_mask"] = {k: _fit_mask(masks.get(k) if isinstance(masks, dict) else masks, v)
+                                  for k, v in current.items()}
+    else:
+        full = masks.get("full_attention") if isinstance(masks, dict) else masks
+        call["attention_mask"] = _fit_mask(full, current)
+
+
+def _fit_mask(mask: torch.Tensor | None, current: torch.Tensor) -> torch.Tensor:
+    """``mask`` over the prompt's positions, widened to ``current``'s slots (a static cache); ``current`` where the
+    model's mask is ``None`` (plain causal: sdpa's ``is_causal``)."""
+    if not isinstance(mask, torch.Tensor):
+        return current
+    mask = mask.to(current.dtype).expand(current.shape[0], -1, -1, -1)
+    extra = current.shape[-1] - mask.shape[-1]
+    return torch.nn.functional.pad(mask, (0, extra), value=False) if extra > 0 else mask
+
+
+def _model_class(exported: Any) -> type | None:
+    import transformers
+
+    return getattr(transformers, exported.components["decode"].metadata.architecture or "", None)
 
 
 def _text_config(config: Any) -> Any:
@@ -171,9 +229,7 @@ class _ConfigOnly:
 
 def _rope_owner(exported: Any) -> _ConfigOnly:
     architecture = exported.components["decode"].metadata.architecture
-    import transformers
-
-    cls = getattr(transformers, architecture or "", None)
+    cls = _model_class(exported)
     module = importlib.import_module(cls.__module__) if cls is not None else None
     owners = [c for c in vars(module).values() if isinstance(c, type) and "get_rope_index" in vars(c)] if module else []
     if not owners:

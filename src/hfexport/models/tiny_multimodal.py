@@ -18,14 +18,21 @@ from typing import Any
 import torch
 from transformers import (
     CLIPVisionConfig,
+    Gemma3Config,
+    Gemma3ForConditionalGeneration,
+    Gemma3TextConfig,
+    GemmaConfig,
     GenerationConfig,
     LlamaConfig,
     LlavaConfig,
     LlavaForConditionalGeneration,
+    PaliGemmaConfig,
+    PaliGemmaForConditionalGeneration,
     PreTrainedConfig,
     PreTrainedModel,
     Qwen2VLConfig,
     Qwen2VLForConditionalGeneration,
+    SiglipVisionConfig,
     ViTConfig,
     ViTForImageClassification,
     WhisperConfig,
@@ -37,10 +44,12 @@ __all__ = [
     "BOS_ID",
     "EOS_ID",
     "FIRST_REGULAR_ID",
+    "GEMMA3_VL_IMAGE_TOKENS",
     "IMAGE_ID",
     "LLAVA_IMAGE_TOKENS",
     "MULTIMODAL_SPECS",
     "PAD_ID",
+    "PALIGEMMA_IMAGE_TOKENS",
     "QWEN2_VL_IMAGE_TOKENS",
     "TEXT_ID_END",
     "VIDEO_ID",
@@ -69,6 +78,10 @@ QWEN2_VL_GRID = (1, 4, 4)  # (t, h, w) in patches, per image
 QWEN2_VL_IMAGE_TOKENS = QWEN2_VL_GRID[0] * QWEN2_VL_GRID[1] * QWEN2_VL_GRID[2] // QWEN2_VL_MERGE**2
 LLAVA_IMAGE, LLAVA_PATCH = 16, 4
 LLAVA_IMAGE_TOKENS = (LLAVA_IMAGE // LLAVA_PATCH) ** 2
+SIGLIP_IMAGE, SIGLIP_PATCH = 16, 4
+PALIGEMMA_IMAGE_TOKENS = (SIGLIP_IMAGE // SIGLIP_PATCH) ** 2
+GEMMA3_VL_IMAGE_TOKENS = 16  # the 4 x 4 patches, average-pooled 1 x 1
+GEMMA3_VL_SLIDING_WINDOW = 8
 
 _SPECIAL_IDS = {"pad_token_id": PAD_ID, "bos_token_id": BOS_ID, "eos_token_id": EOS_ID}
 
@@ -336,6 +349,120 @@ def _llava_inputs(batch: int, seq: int, padded: bool = True) -> dict[str, torch.
     return {"input_ids": input_ids, "attention_mask": attention_mask, "pixel_values": pixel_values}
 
 
+def _siglip() -> dict[str, Any]:
+    """The tiny SigLIP vision config of PaliGemma and Gemma3: 16x16 images in 4x4 patches."""
+    return SiglipVisionConfig(
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        image_size=SIGLIP_IMAGE,
+        patch_size=SIGLIP_PATCH,
+        vision_use_head=False,  # as in the released checkpoints: both read the last hidden state, not the pooled head
+    ).to_dict()
+
+
+def _paligemma() -> PreTrainedModel:
+    """Build the tiny ``PaliGemmaForConditionalGeneration`` (SigLIP 16x16 vision tower + Gemma, 16 tokens per image).
+
+    Its prompt prefix (image and text, ``token_type_ids == 0``) attends bidirectionally; generated tokens causally.
+    ``initializer_range=0.1`` and untied output embeddings make greedy tokens depend on that mask (with the
+    defaults, a causal prompt decodes to the same tokens).
+    """
+    text = GemmaConfig(
+        vocab_size=VOCAB,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=16,
+        max_position_embeddings=256,
+        initializer_range=0.1,
+        **_SPECIAL_IDS,
+    )
+    config = PaliGemmaConfig(
+        vision_config=_siglip(),
+        text_config=text.to_dict(),
+        image_token_index=IMAGE_ID,
+        vocab_size=VOCAB,
+        projection_dim=64,
+        hidden_size=64,
+        tie_word_embeddings=False,
+        **_SPECIAL_IDS,
+    )
+    return instantiate(PaliGemmaForConditionalGeneration, config)
+
+
+def _paligemma_inputs(batch: int, seq: int, padded: bool = True) -> dict[str, torch.Tensor]:
+    """Return PaliGemma inputs: ``[pads] <image> x 16 [text]`` per row, ``token_type_ids`` and ``pixel_values``.
+
+    ``token_type_ids`` is 0 over the whole prompt, as the processor returns it for generation (the prefix; 1 marks
+    a training suffix), so every prompt token attends to every other.
+
+    Returns:
+        ``input_ids`` / ``attention_mask`` / ``token_type_ids`` of length ``seq + PALIGEMMA_IMAGE_TOKENS`` and
+        ``pixel_values`` ``[batch, 3, 16, 16]``.
+    """
+    gen = make_generator(batch, seq)
+    input_ids, attention_mask = text_batch(gen, batch, seq, padded)
+    input_ids, attention_mask = _insert_after_padding(input_ids, attention_mask, [IMAGE_ID] * PALIGEMMA_IMAGE_TOKENS)
+    pixel_values = torch.randn(batch, 3, SIGLIP_IMAGE, SIGLIP_IMAGE, generator=gen)
+    return {"input_ids": input_ids, "attention_mask": attention_mask, "token_type_ids": torch.zeros_like(input_ids),
+            "pixel_values": pixel_values}
+
+
+def _gemma3_vl() -> PreTrainedModel:
+    """Build the tiny ``Gemma3ForConditionalGeneration`` (SigLIP 16x16 tower, 16 tokens per image, a sliding window
+    of 8 on layer 0).
+
+    The image tokens of one image (``token_type_ids == 1``) attend to each other bidirectionally, within the window
+    in the sliding layer. Sixteen image tokens (no pooling) and untied output embeddings make greedy tokens depend
+    on that mask (with 4 pooled tokens, a causal image block decodes to the same tokens).
+    """
+    text = Gemma3TextConfig(
+        vocab_size=VOCAB,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=16,
+        query_pre_attn_scalar=16,
+        sliding_window=GEMMA3_VL_SLIDING_WINDOW,
+        layer_types=["sliding_attention", "full_attention"],
+        max_position_embeddings=256,
+        **_SPECIAL_IDS,
+    )
+    config = Gemma3Config(
+        text_config=text.to_dict(),
+        vision_config=_siglip(),
+        mm_tokens_per_image=GEMMA3_VL_IMAGE_TOKENS,
+        boi_token_index=VISION_START_ID,
+        eoi_token_index=VISION_END_ID,
+        image_token_index=IMAGE_ID,
+        tie_word_embeddings=False,
+        **_SPECIAL_IDS,
+    )
+    return instantiate(Gemma3ForConditionalGeneration, config)
+
+
+def _gemma3_vl_inputs(batch: int, seq: int, padded: bool = True) -> dict[str, torch.Tensor]:
+    """Return Gemma3 inputs: ``[pads] <start_of_image> <image> x 16 <end_of_image> [text]`` per row.
+
+    Returns:
+        ``input_ids``, ``attention_mask``, ``token_type_ids`` (1 at image tokens, as the processor returns it) of
+        length ``seq + GEMMA3_VL_IMAGE_TOKENS + 2`` and ``pixel_values`` ``[batch, 3, 16, 16]``.
+    """
+    gen = make_generator(batch, seq)
+    input_ids, attention_mask = text_batch(gen, batch, seq, padded)
+    block = [VISION_START_ID] + [IMAGE_ID] * GEMMA3_VL_IMAGE_TOKENS + [VISION_END_ID]
+    input_ids, attention_mask = _insert_after_padding(input_ids, attention_mask, block)
+    pixel_values = torch.randn(batch, 3, SIGLIP_IMAGE, SIGLIP_IMAGE, generator=gen)
+    return {"input_ids": input_ids, "attention_mask": attention_mask,
+            "token_type_ids": (input_ids == IMAGE_ID).long(), "pixel_values": pixel_values}
+
+
 #: ``TinyCase`` keyword arguments for the cases defined here.
 MULTIMODAL_SPECS: list[dict[str, Any]] = [
     {
@@ -367,6 +494,22 @@ MULTIMODAL_SPECS: list[dict[str, Any]] = [
         "family": "image-text-to-text",
         "build": _llava,
         "inputs": _llava_inputs,
+        "generative": True,
+        "auto_class": "AutoModelForImageTextToText",
+    },
+    {
+        "name": "paligemma",
+        "family": "image-text-to-text",
+        "build": _paligemma,
+        "inputs": _paligemma_inputs,
+        "generative": True,
+        "auto_class": "AutoModelForImageTextToText",
+    },
+    {
+        "name": "gemma3_vl",
+        "family": "image-text-to-text",
+        "build": _gemma3_vl,
+        "inputs": _gemma3_vl_inputs,
         "generative": True,
         "auto_class": "AutoModelForImageTextToText",
     },
