@@ -20,8 +20,10 @@ from hfexport.models.tiny import (
     tiny_model,
 )
 from hfexport.models.tiny_multimodal import (
+    GEMMA3_VL_IMAGE_TOKENS,
     IMAGE_ID,
     LLAVA_IMAGE_TOKENS,
+    PALIGEMMA_IMAGE_TOKENS,
     QWEN2_VL_IMAGE_TOKENS,
     TEXT_ID_END,
     WHISPER_FRAMES,
@@ -42,6 +44,8 @@ REQUIRED = {
     "mamba": "MambaForCausalLM",
     "qwen2_vl": "Qwen2VLForConditionalGeneration",
     "llava": "LlavaForConditionalGeneration",
+    "paligemma": "PaliGemmaForConditionalGeneration",
+    "gemma3_vl": "Gemma3ForConditionalGeneration",
 }
 FAMILIES = {
     "decoder-only",
@@ -80,6 +84,10 @@ def _expected_output(case: TinyCase, batch: int, seq: int) -> tuple[str, tuple]:
         return "logits", (batch, seq + QWEN2_VL_IMAGE_TOKENS + 2, VOCAB)
     if case.name == "llava":
         return "logits", (batch, seq + LLAVA_IMAGE_TOKENS, VOCAB)
+    if case.name == "paligemma":
+        return "logits", (batch, seq + PALIGEMMA_IMAGE_TOKENS, VOCAB)
+    if case.name == "gemma3_vl":
+        return "logits", (batch, seq + GEMMA3_VL_IMAGE_TOKENS + 2, VOCAB)
     return "logits", (batch, seq, VOCAB)
 
 
