@@ -111,9 +111,16 @@ def _nncf(name: str, fmt: Any, calibration: Iterable[dict] | None) -> ExportQuan
 
 
 def _ort_static_config() -> Any:
+    """``quantize_static`` on the weights' ops only: by default it puts QDQ on every op, the rotary ``inv_freq`` and
+    the RMSNorm weights included (per-tensor int8 flattens inv_freq: 0 % top-1 agreement on SmolLM2); and no QDQ on
+    their outputs, which ONNX Runtime 1.32's QDQ propagation otherwise turns into an invalid ``QuantizeLinear``
+    ("output_dtype INT8 does not match y_zero_point type UINT8") when a session loads the model."""
     from .onnxruntime import OnnxRuntimeStaticConfig
 
-    return OnnxRuntimeStaticConfig(per_channel=True)
+    ops = ["MatMul", "Gather"]
+    return OnnxRuntimeStaticConfig(
+        per_channel=True, op_types_to_quantize=ops, extra_options={"OpTypesToExcludeOutputQuantization": ops}
+    )
 
 
 def read_prompts(path: str | Path) -> list[str]:
