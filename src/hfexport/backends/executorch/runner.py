@@ -142,35 +142,45 @@ class ExecutorchRunner(ModelRunner):
     def run(self, inputs: dict[str, Any], *, share_inputs: bool, share_outputs: bool) -> Any:
         if not self._state:
             return super().run(inputs, share_inputs=share_inputs, share_outputs=share_outputs)
-        leaves = self.cast_inputs(self.flat_leaves(inputs), copy=not share_inputs)
         cache = inputs.get(self._cache_key) if self._cache_key else None
-        with torch_single_thread():
-            if cache is None or cache is not self._handle:
-                self._load_state(leaves)  # a new sequence: start from the caller's cache
-            self._handle = cache if cache is not None else object()
-            outputs = self._run_flat(leaves)
         if self._with_handle is None or cache is None:
             raise UnsupportedError(f"this export keeps its cache inside the program; pass {self._cache_key!r}")
+        leaves = self.cast_inputs(self.flat_leaves(inputs), copy=not share_inputs)
+        with torch_single_thread():
+            if cache is not self._handle:
+                self._load_state(leaves)  # a new sequence: start from the caller's cache
+            self._handle = cache
+            outputs = self._run_flat(leaves)
         reduced, start, count = self._with_handle
-        user = outputs[len(outputs) - (self._n_user - count):]
-        return pytree.tree_unflatten(user[:start] + [cache] + user[start:], reduced)
+        user = iter(outputs[len(outputs) - len(self.metadata.user_outputs):])
+        out_leaves: list[Any] = []
+        for i in range(self._out_spec.num_leaves):
+            if i == start:
+                out_leaves.append(cache)
+            if start <= i < start + count:
+                continue  # the cache's tensors: the program keeps them, the caller's cache object stands for them
+            out_leaves.append(self._out_constants[i] if i in self._out_constants else next(user))
+        return pytree.tree_unflatten(out_leaves, reduced)
 
     def _plan_handle_output(self) -> tuple | None:
         """The output tree with the cache subtree as one leaf (filled with the caller's cache object), the index of
-        that leaf among the user outputs, and how many cache leaves it stands for."""
+        that leaf among the output leaves, and how many cache leaves it stands for."""
         spec, key = self._out_spec, self._cache_key
         if spec is None or key is None or not isinstance(spec.context, list) or key not in spec.context:
-            return None
-        if self._out_constants:
             return None
         position = spec.context.index(key)
         children = spec.children()
         start = sum(child.num_leaves for child in children[:position])
         count = children[position].num_leaves
+        returned = spec.num_leaves - count - sum(1 for i in self._out_constants if not start <= i < start + count)
+        if returned != len(self.metadata.user_outputs):
+            raise UnsupportedError(
+                f"the program returns {len(self.metadata.user_outputs)} outputs besides its cache, its output tree "
+                f"holds {returned}: the cache kept as state is not the model's returned {key!r}"
+            )
         reduced = pytree.TreeSpec(
             spec.type, spec.context, [pytree.treespec_leaf() if i == position else c for i, c in enumerate(children)]
         )
-        self._n_user = len(self.metadata.user_outputs) + count  # the program no longer returns the cache's tensors
         return reduced, start, count
 
     def run_flat(self, inputs: list[torch.Tensor], *, share_outputs: bool) -> list[Any]:
