@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from hfexport import DynamoConfig, DynamoExporter, ExportedModel
+from hfexport import DynamoConfig, DynamoExporter, ExportedModel, UnsupportedError
 from hfexport.capture.multimodal import decompose_multimodal, is_multimodal
 from hfexport.models.tiny import TINY_CASES
 from hfexport.models.tiny_multimodal import (
@@ -174,3 +174,79 @@ def _two_and_one_images(name: str) -> dict[str, torch.Tensor]:
     if name == "qwen2_vl":
         inputs["mm_token_type_ids"] = (ids == IMAGE_ID).long()
     return inputs
+
+
+# --- bidirectional blocks in the prompt: PaliGemma's prefix, Gemma3's images ----------------------------------------
+
+# their language model is traced with the prepared 4D masks of the model's forward; generate() builds them with the
+# model class's create_masks_for_generate from the prompt's token_type_ids
+BLOCK_CASES = ["paligemma", "gemma3_vl"]
+
+
+def _causal_prompt(name, inputs):
+    """The same prompt with the token types that make it attend causally (PaliGemma: suffix; Gemma3: text)."""
+    types = inputs["token_type_ids"]
+    return {**inputs, "token_type_ids": torch.ones_like(types) if name == "paligemma" else torch.zeros_like(types)}
+
+
+@pytest.fixture(scope="module", params=BLOCK_CASES)
+def block_case(request):
+    case = TINY_CASES[request.param]
+    model = case.build()
+    exported = DynamoExporter().export_for_generation(model, case.inputs(2, 6), DynamoConfig(dynamic=True))
+    return request.param, case, model, exported
+
+
+def _assert_blocks_generate_like_eager(name, case, model, exported, batch, seq):
+    inputs = case.inputs(batch, seq)
+    with torch.no_grad():
+        expected = model.generate(**inputs, max_new_tokens=NEW_TOKENS, do_sample=False)
+        causal = model.generate(**_causal_prompt(name, inputs), max_new_tokens=NEW_TOKENS, do_sample=False)
+    assert not torch.equal(expected, causal), "this prompt's tokens do not depend on its bidirectional block"
+    got = exported.generate(**inputs, max_new_tokens=NEW_TOKENS)
+    assert torch.equal(got, expected), f"\neager:    {expected[:, -NEW_TOKENS:]}\nexported: {got[:, -NEW_TOKENS:]}"
+
+
+def test_bidirectional_blocks_generate_like_eager(block_case):
+    name, case, model, exported = block_case
+    assert set(exported.components) == KEYS["llava"]
+    assert exported.components["language_model"].metadata.kwargs["attention_mask"]["kind"] in ("tensor", "pytree")
+    _assert_blocks_generate_like_eager(name, case, model, exported, 2, 9)
+
+
+@pytest.mark.sweep
+@pytest.mark.parametrize("batch,seq", [(1, 7), (3, 5)])
+def test_bidirectional_blocks_at_other_batch_sizes_generate_like_eager(block_case, batch, seq):
+    _assert_blocks_generate_like_eager(*block_case, batch, seq)
+
+
+def test_block_masks_without_the_model_class_rule_are_refused(block_case, monkeypatch):
+    _, case, model, exported = block_case
+    monkeypatch.delattr(type(model), "create_masks_for_generate")
+    with pytest.raises(UnsupportedError, match=f"{type(model).__name__}.*token_type_ids.*no create_masks_for_gen"):
+        exported.generate(**case.inputs(2, 9), max_new_tokens=NEW_TOKENS)
+
+
+@pytest.mark.sweep
+def test_block_masks_after_a_reload_match_eager(block_case, tmp_path):
+    _, case, model, exported = block_case
+    exported.save_pretrained(tmp_path / "export")
+    _assert_same_tokens(model, ExportedModel.from_pretrained(tmp_path / "export"), case.inputs(2, 8))
+
+
+@pytest.mark.sweep
+@pytest.mark.parametrize("name", BLOCK_CASES)
+def test_block_masks_with_a_static_cache_match_eager(name):
+    case = TINY_CASES[name]
+    model = case.build()
+    gen = model.generation_config.__class__.from_dict(model.generation_config.to_dict())
+    gen.cache_implementation, gen.max_cache_len = "static", 96
+    exported = DynamoExporter().export_for_generation(model, case.inputs(2, 6), DynamoConfig(dynamic=True),
+                                                      generation_config=gen)
+    run = model.generation_config.__class__.from_dict(gen.to_dict())
+    run.max_new_tokens, run.do_sample = NEW_TOKENS, False
+    for seq in (9, 7):  # batch 2 only: a Dynamo static-cache decode graph keeps the traced batch size
+        inputs = case.inputs(2, seq)
+        with torch.no_grad():
+            expected = model.generate(**inputs, generation_config=run)
+        assert torch.equal(exported.generate(**inputs, max_new_tokens=NEW_TOKENS), expected)

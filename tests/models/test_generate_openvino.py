@@ -2,9 +2,9 @@
 
 Every generative kind, stateful (the cache in OpenVINO variables, the default) and stateless (the cache as inputs and
 outputs, for targets such as the NPU): decoder-only (Llama, Qwen3, GPT-2), sliding window (Gemma3), MoE (Mixtral),
-encoder-decoder (T5), audio encoder-decoder (Whisper), SSM (Mamba) and image-text-to-text (Qwen2-VL, LLaVA); a
-left-padded batch of 2 whose prompt length differs from the capture's; 32 new tokens. A static cache with
-multi-token decode is one IR serving the prompt and every step. Also: a second generate() starts from a reset state
+encoder-decoder (T5), audio encoder-decoder (Whisper), SSM (Mamba) and image-text-to-text (Qwen2-VL, LLaVA,
+PaliGemma, Gemma3); a left-padded batch of 2 whose prompt length differs from the capture's; 32 new tokens. A static
+cache with multi-token decode is one IR serving the prompt and every step. Also: a second generate() starts from a reset state
 (no leak between sequences), and beam search with 2 beams reorders the state through ``beam_idx`` as eager does.
 
 The default suite runs one family of each kind; the whole matrix is ``@pytest.mark.sweep``.
@@ -107,22 +107,20 @@ def test_mamba_multi_token_decode_is_refused_with_the_reason():
         _export(case.build(), case, "dynamic", True, True)
 
 
-_IMAGE_ENCODERS = {
-    "qwen2_vl": "OpenVINO 2026.3's PyTorch frontend fails to convert aten.index_add.default in Qwen2-VL's vision tower",
-    "llava": "OpenVINO 2026.3's PyTorch frontend (translate_session.cpp) rejects the FX node named 'add' in CLIP's "
-    "vision tower: 'Tensor name is not a number: add'",
-}
+# every image-text-to-text case, stateful and stateless: minutes on two cores, so all in the sweep (the vision towers'
+# conversion is checked in the default suite by test_openvino_multimodal.py)
+IMAGE_TEXT = ["qwen2_vl", "llava", "paligemma", "gemma3_vl"]
 
 
 @pytest.mark.sweep
-@pytest.mark.parametrize("name,stateful", [
-    pytest.param(n, s, marks=pytest.mark.xfail(strict=True, reason=_IMAGE_ENCODERS[n]))
-    for n, s in (("qwen2_vl", True), ("llava", True), ("qwen2_vl", False))])
+@pytest.mark.parametrize("stateful", [True, False], ids=["stateful", "stateless"])
+@pytest.mark.parametrize("name", IMAGE_TEXT)
 def test_image_text_to_text_generates_like_eager(name, stateful):
     case = TINY_CASES[name]
     model = case.build()
     exported = OpenVINOExporter().export_for_generation(model, case.inputs(2, 6),
                                                         OpenVINOConfig(dynamic=True, stateful=stateful))
+    assert exported.runner("decode").stateful == stateful
     for batch, seq in ((2, 9), (1, 7)):
         inputs = case.inputs(batch, seq)
         with torch.no_grad():
