@@ -4,8 +4,9 @@ Every generative kind, stateful (the cache in OpenVINO variables, the default) a
 outputs, for targets such as the NPU): decoder-only (Llama, Qwen3, GPT-2), sliding window (Gemma3), MoE (Mixtral),
 encoder-decoder (T5), audio encoder-decoder (Whisper), SSM (Mamba) and image-text-to-text (Qwen2-VL, LLaVA,
 PaliGemma, Gemma3); a left-padded batch of 2 whose prompt length differs from the capture's; 32 new tokens. A static
-cache with multi-token decode is one IR serving the prompt and every step. Also: a second generate() starts from a reset state
-(no leak between sequences), and beam search with 2 beams reorders the state through ``beam_idx`` as eager does.
+cache with multi-token decode is one IR serving the prompt and every step. Also: a second generate() starts from a
+reset state (no leak between sequences), and beam search with 2 beams reorders the state through ``beam_idx`` as
+eager does.
 
 The default suite runs one family of each kind; the whole matrix is ``@pytest.mark.sweep``.
 """

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 import torch
 
-from hfexport import OpenVINOConfig
+from hfexport import ExportError, OpenVINOConfig
 from hfexport.capture.multimodal import decompose_multimodal
 from hfexport.exporter_openvino import OpenVINOExporter
 from hfexport.models.tiny import TINY_CASES
@@ -103,3 +103,17 @@ def test_vision_tower_converts_and_matches_eager(tower):
         report = compare_outputs(exported(**call), eager)
         assert not report["problems"] and report["leaves"], report
         assert report["max_abs_diff"] <= TOL, report["leaves"]
+
+
+class _Histogram(torch.nn.Module):
+    def forward(self, x):
+        return torch.histc(x, bins=4) + 1
+
+
+def test_an_op_the_frontend_cannot_convert_names_component_op_and_what_to_try():
+    with pytest.raises(ExportError) as raised:
+        OpenVINOExporter().export(_Histogram(), {"x": torch.randn(2, 3)}, OpenVINOConfig())
+    message = str(raised.value)
+    assert "component 'model' (_Histogram)" in message
+    assert "PyTorch frontend cannot convert aten.histc.default" in message
+    assert "Try: another backend" in message

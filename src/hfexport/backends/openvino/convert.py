@@ -4,10 +4,14 @@
 once caches are flattened; its parameters and results do come in the program's flat order. So each parameter is
 renamed after ``metadata.inputs[i]`` and each result after ``metadata.user_outputs[j]`` (a cache output gets the
 ``present.`` prefix: a tensor name is unique within a model, and the cache input already holds the plain one).
+
+When the PyTorch frontend rejects a program, :class:`FrontendError` says which operations (or which check) failed and
+what to try; raised inside ``export_program``, it reaches the caller as an ``ExportError`` naming the component.
 """
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import torch
@@ -15,7 +19,8 @@ import torch
 from ...errors import ExportError
 from ...metadata import ExportMetadata, IORole
 
-__all__ = ["convert", "name_ports", "input_names", "output_names", "PRESENT"]
+__all__ = ["convert", "name_ports", "input_names", "output_names", "FrontendError", "explain_frontend_failure",
+           "PRESENT"]
 
 PRESENT = "present."
 
@@ -28,11 +33,38 @@ def output_names(metadata: ExportMetadata) -> list[str]:
     return [PRESENT + s.name if s.role is IORole.CACHE_OUTPUT else s.name for s in metadata.user_outputs]
 
 
+class FrontendError(RuntimeError):
+    """``openvino.convert_model`` rejected a traced program: the operations (or the frontend check) that failed and
+    what to try, followed by the frontend's own message."""
+
+
 def convert(program: torch.export.ExportedProgram) -> Any:
-    """``openvino.convert_model`` (looked up at call time, so that the registered workarounds wrapping it apply)."""
+    """``openvino.convert_model`` (looked up at call time, so that the registered workarounds wrapping it apply).
+
+    Raises:
+        FrontendError: The PyTorch frontend could not convert the program.
+    """
     import openvino as ov
 
-    return ov.convert_model(program)
+    try:
+        return ov.convert_model(program)
+    except Exception as e:  # noqa: BLE001 - the frontend raises its own (pybind) types
+        raise FrontendError(explain_frontend_failure(e, ov.__version__)) from e
+
+
+def explain_frontend_failure(error: BaseException, version: str) -> str:
+    """The cause of a PyTorch frontend failure in one line, what to try, then the frontend's message."""
+    text = str(error)
+    failed = sorted({op.strip() for line in re.findall(r"(?:Conversion is failed for|No conversion rule found for "
+                                                        r"operations):\s*(.+)", text) for op in line.split(",")})
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    if failed:
+        cause = f"OpenVINO {version}'s PyTorch frontend cannot convert {', '.join(failed)} as torch.export emits it"
+    else:
+        cause = f"OpenVINO {version}'s PyTorch frontend failed: {lines[-1] if lines else type(error).__name__}"
+    return (f"{cause}. Try: another backend for this component (dynamo, onnx); a newer openvino; or a workaround "
+            "rewriting the op before conversion (see hfexport.workarounds.openvino_index_add). Frontend message: "
+            + " | ".join(lines))
 
 
 def name_ports(model: Any, metadata: ExportMetadata) -> Any:
