@@ -32,6 +32,8 @@ ROWS = [
     ("RESULTS_ONNX", "dynamic-fused", "dynamic-fused", "onnx", "hfexport ONNX Runtime, dynamic cache, fused"),
     ("RESULTS_ONNX", "peer", "peer", "onnx (peer)",
      "peer: transformers.exporters ONNX, same recipe, spec's in-place io-binding loop"),
+    ("RESULTS_ONNX", "peer-runner", "peer", "onnx (peer)",
+     "peer: transformers.exporters ONNX, same recipe, its own runner (runners['decode'])"),
     ("RESULTS_OPENVINO", "stateful", "stateful", "openvino", "hfexport OpenVINO, stateful, static cache 256, fp32"),
     ("RESULTS_OPENVINO", "stateless", "stateless", "openvino", "hfexport OpenVINO, stateless, static cache 256, fp32"),
     ("RESULTS_OPENVINO", "peer-stateless", "peer-stateless", "openvino (peer)",
