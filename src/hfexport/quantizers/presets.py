@@ -36,6 +36,7 @@ RECIPES = ("pt2e-int8", "ort-dynamic", "ort-static", "nncf-int8", "nncf-int4")
 # 84 % -> 95 % with the down projections, 88 % with the whole MLP.
 MLP_MODULES = (r"(^|\.)mlp\.(gate_proj|up_proj|down_proj)$",)
 DOWN_PROJ_MODULES = (r"(^|\.)mlp\.down_proj$",)
+EMBEDDING_MODULES = (r"(^|\.)embed_tokens$",)  # NNCF's ONNX backend leaves a Gather's table float; int8 per row
 WEIGHT_ONLY_MODULES = MLP_MODULES
 
 
@@ -107,7 +108,7 @@ def _nncf(name: str, fmt: Any, calibration: Iterable[dict] | None) -> ExportQuan
         # weight-only on the FX graph: ExecuTorch lowers nothing else, and nncf.quantize fails on a Llama FX graph
         # in NNCF 3.4 (min-max statistics of the boolean mask, then SmoothQuant modules torch.export cannot re-trace)
         return cls(NNCFWeightCompressionConfig(mode=nncf.CompressWeightsMode.INT8_SYM))
-    return cls(NNCFQuantizationConfig(), calibration_dataset=calibration, weight_only_modules=DOWN_PROJ_MODULES)
+    return cls(NNCFQuantizationConfig(), calibration_dataset=calibration, weight_only_modules=DOWN_PROJ_MODULES + EMBEDDING_MODULES)
 
 
 def _ort_static_config() -> Any:
