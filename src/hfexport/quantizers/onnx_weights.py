@@ -88,8 +88,8 @@ def int8_weight_only(model: Any, node_names: Iterable[str] | None = None) -> int
             tensors = [q, scale, np.zeros_like(scale, dtype=np.int8)]
             inputs = []
             for name, data in zip(names, tensors):
-                init = ir.Value(name=name, shape=ir.Shape(data.shape), type=ir.TensorType(ir.DataType.from_numpy(data.dtype)),
-                                const_value=ir.tensor(data, name=name))
+                dtype = ir.TensorType(ir.DataType.from_numpy(data.dtype))
+                init = ir.Value(name=name, shape=ir.Shape(data.shape), type=dtype, const_value=ir.tensor(data, name=name))
                 graph.register_initializer(init)
                 inputs.append(init)
             dq = ir.node("DequantizeLinear", inputs, attributes={"axis": axis}, name=f"{value.name}_dequantize")

@@ -108,7 +108,8 @@ def _nncf(name: str, fmt: Any, calibration: Iterable[dict] | None) -> ExportQuan
         # weight-only on the FX graph: ExecuTorch lowers nothing else, and nncf.quantize fails on a Llama FX graph
         # in NNCF 3.4 (min-max statistics of the boolean mask, then SmoothQuant modules torch.export cannot re-trace)
         return cls(NNCFWeightCompressionConfig(mode=nncf.CompressWeightsMode.INT8_SYM))
-    return cls(NNCFQuantizationConfig(), calibration_dataset=calibration, weight_only_modules=DOWN_PROJ_MODULES + EMBEDDING_MODULES)
+    weight_only = DOWN_PROJ_MODULES + EMBEDDING_MODULES
+    return cls(NNCFQuantizationConfig(), calibration_dataset=calibration, weight_only_modules=weight_only)
 
 
 def _ort_static_config() -> Any:

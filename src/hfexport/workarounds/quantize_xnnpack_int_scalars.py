@@ -32,7 +32,9 @@ def integer_scalars_back(module: Any) -> Any:
         if not isinstance(value, torch.Tensor) or value.is_floating_point():
             continue
         for arg in node.args:
-            if isinstance(arg, torch.fx.Node) and arg.op == "get_attr" and str(arg.target).startswith("_tensor_constant"):
+            if not isinstance(arg, torch.fx.Node) or arg.op != "get_attr":
+                continue
+            if str(arg.target).startswith("_tensor_constant"):
                 constant = getattr(module, arg.target)
                 if constant.is_floating_point():
                     module.register_buffer(arg.target, constant.to(value.dtype))
