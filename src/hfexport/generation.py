@@ -197,6 +197,16 @@ def generate(exported: Any, **kwargs: Any) -> torch.Tensor:
             (``max_new_tokens``, ``eos_token_id``, ``pad_token_id``, ``do_sample``, ``temperature``, ``top_k``,
             ``top_p``, ``streamer``, ``generation_config``).
     """
+    from .registry import runner_class_for
+    from .runner import torch_single_thread
+
+    if runner_class_for(exported.export_format).computes_with_torch:
+        return _generate(exported, kwargs)
+    with torch_single_thread():  # the loop's own torch ops are small; the cores are the runtime's
+        return _generate(exported, kwargs)
+
+
+def _generate(exported: Any, kwargs: dict[str, Any]) -> torch.Tensor:
     streamer = kwargs.pop("streamer", None)
     gen = _generation_config(exported, kwargs)
     if getattr(gen, "num_beams", 1) not in (None, 1):

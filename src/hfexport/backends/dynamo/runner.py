@@ -20,6 +20,7 @@ class DynamoRunner(ModelRunner):
     """Runs an ``ExportedProgram``. A ``USER_INPUT_MUTATION`` (a static cache write) updates the caller's tensors."""
 
     export_format = ExportFormat.DYNAMO
+    computes_with_torch = True
 
     def __init__(self, program: torch.export.ExportedProgram, metadata: ExportMetadata, device: Any = None):
         super().__init__(metadata)

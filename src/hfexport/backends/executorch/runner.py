@@ -15,8 +15,6 @@ prefill's output).
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -25,29 +23,9 @@ import torch.utils._pytree as pytree
 from ...configs import ExportFormat
 from ...errors import UnsupportedError
 from ...metadata import ExportMetadata, IORole
-from ...runner import ModelRunner
+from ...runner import ModelRunner, torch_single_thread
 
 __all__ = ["ExecutorchRunner", "runtime_program", "torch_single_thread"]
-
-
-@contextlib.contextmanager
-def torch_single_thread() -> Iterator[None]:
-    """Run torch's own work (the tensor copies the runtime binding makes, the cache write-back) on one thread.
-
-    XNNPACK runs on ExecuTorch's threadpool, one thread per core. torch's OpenMP workers spin-wait for a while after
-    every parallel region (libgomp's default wait policy), and a copy of a cache tensor is big enough to go parallel:
-    the spinning workers then take the cores XNNPACK's threads wait for. On 2 cores, a 2-layer SmolLM2 step took
-    163 ms with torch's default threads and 6 ms with one (same program, same inputs).
-    """
-    previous = torch.get_num_threads()
-    if previous == 1:
-        yield
-        return
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(previous)
 
 
 def runtime_program(program: Any) -> Any:
