@@ -70,7 +70,15 @@ def ort_session_options(threads: int | None) -> Any:
 
 
 def peak_rss() -> int:
-    """This process's peak resident set size so far, in bytes (Linux reports KiB)."""
+    """This process's peak resident set size so far, in bytes: ``VmHWM`` of /proc/self/status. Not
+    ``getrusage``'s ``ru_maxrss``, which Linux carries over ``fork`` + ``exec``: an export child of a parent that
+    already holds a model would report the parent's peak (seen: every export of one ``make bench`` run at 2736 MB)."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        pass
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
