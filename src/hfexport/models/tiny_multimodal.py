@@ -463,54 +463,18 @@ def _gemma3_vl_inputs(batch: int, seq: int, padded: bool = True) -> dict[str, to
             "token_type_ids": (input_ids == IMAGE_ID).long(), "pixel_values": pixel_values}
 
 
+_SPEC_KEYS = ("name", "family", "build", "inputs", "generative", "auto_class")
+_ITT = ("image-text-to-text", True, "AutoModelForImageTextToText")
+
 #: ``TinyCase`` keyword arguments for the cases defined here.
 MULTIMODAL_SPECS: list[dict[str, Any]] = [
-    {
-        "name": "vit",
-        "family": "vision",
-        "build": _vit,
-        "inputs": _vit_inputs,
-        "generative": False,
-        "auto_class": "AutoModelForImageClassification",
-    },
-    {
-        "name": "whisper",
-        "family": "audio",
-        "build": _whisper,
-        "inputs": _whisper_inputs,
-        "generative": True,
-        "auto_class": "AutoModelForSpeechSeq2Seq",
-    },
-    {
-        "name": "qwen2_vl",
-        "family": "image-text-to-text",
-        "build": _qwen2_vl,
-        "inputs": _qwen2_vl_inputs,
-        "generative": True,
-        "auto_class": "AutoModelForImageTextToText",
-    },
-    {
-        "name": "llava",
-        "family": "image-text-to-text",
-        "build": _llava,
-        "inputs": _llava_inputs,
-        "generative": True,
-        "auto_class": "AutoModelForImageTextToText",
-    },
-    {
-        "name": "paligemma",
-        "family": "image-text-to-text",
-        "build": _paligemma,
-        "inputs": _paligemma_inputs,
-        "generative": True,
-        "auto_class": "AutoModelForImageTextToText",
-    },
-    {
-        "name": "gemma3_vl",
-        "family": "image-text-to-text",
-        "build": _gemma3_vl,
-        "inputs": _gemma3_vl_inputs,
-        "generative": True,
-        "auto_class": "AutoModelForImageTextToText",
-    },
+    dict(zip(_SPEC_KEYS, row))
+    for row in (
+        ("vit", "vision", _vit, _vit_inputs, False, "AutoModelForImageClassification"),
+        ("whisper", "audio", _whisper, _whisper_inputs, True, "AutoModelForSpeechSeq2Seq"),
+        ("qwen2_vl", _ITT[0], _qwen2_vl, _qwen2_vl_inputs, *_ITT[1:]),
+        ("llava", _ITT[0], _llava, _llava_inputs, *_ITT[1:]),
+        ("paligemma", _ITT[0], _paligemma, _paligemma_inputs, *_ITT[1:]),
+        ("gemma3_vl", _ITT[0], _gemma3_vl, _gemma3_vl_inputs, *_ITT[1:]),
+    )
 ]
