@@ -14,7 +14,7 @@ import torch
 from hfexport import ExecutorchConfig, ExportedModel
 from hfexport.exporter_executorch import ExecutorchExporter
 from hfexport.models.tiny import TINY_CASES
-from hfexport.validation import compare_outputs
+from parity_cases import check
 
 pytest.importorskip("executorch", reason="the ExecuTorch backend needs the executorch package")
 
@@ -29,7 +29,6 @@ SHAPES = {
     "mamba": ((2, 7), (2, 10), (2, 5)),
 }
 DEFAULT_SHAPES = ((2, 7), (3, 10), (1, 5))
-ILL_CONDITIONED = {"t5"}  # see tests/models/test_onnx_parity.py: compared with fp64 as eager fp32 itself is off
 # architecture -> why it cannot work here, naming the upstream limitation
 UNSUPPORTED = {
     "gpt2": "ExecuTorch to_edge re-runs GPT-2's Conv1D aten.view(-1, hidden) on the attention output, to which the "
@@ -53,18 +52,7 @@ def exported_case(request, tmp_path_factory):
 
 
 def _check(name, exported_outputs, model, inputs):
-    with torch.no_grad():
-        eager = model(**inputs)
-    report = compare_outputs(exported_outputs, eager)
-    assert not report["problems"], report["problems"]
-    assert report["leaves"], "no output leaf was compared"
-    if name in ILL_CONDITIONED:
-        with torch.no_grad():
-            exact = TINY_CASES[name].build().double()(**inputs)
-        eager_error = compare_outputs(eager, exact)["max_abs_diff"]
-        assert compare_outputs(exported_outputs, exact)["max_abs_diff"] <= max(TOL, eager_error), report["leaves"]
-        return
-    assert report["max_abs_diff"] <= TOL, report["leaves"]
+    check(name, exported_outputs, model, inputs, TOL)  # the shared rule, T5 against fp64 (parity_cases)
 
 
 def test_same_inputs_match_eager(exported_case):
