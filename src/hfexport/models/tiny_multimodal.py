@@ -84,6 +84,9 @@ GEMMA3_VL_IMAGE_TOKENS = 16  # the 4 x 4 patches, average-pooled 1 x 1
 GEMMA3_VL_SLIDING_WINDOW = 8
 
 _SPECIAL_IDS = {"pad_token_id": PAD_ID, "bos_token_id": BOS_ID, "eos_token_id": EOS_ID}
+# the language model of every image-text case: 2 layers, hidden 64, 4 query / 2 key-value heads
+_TEXT_SIZES = dict(vocab_size=VOCAB, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                   num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256)
 
 
 def instantiate(
@@ -232,13 +235,7 @@ def _whisper_inputs(batch: int, seq: int, padded: bool = True) -> dict[str, torc
 def _qwen2_vl() -> PreTrainedModel:
     """Build the tiny ``Qwen2VLForConditionalGeneration`` (M-RoPE, 4 tokens per image)."""
     text = Qwen2VLTextConfig(
-        vocab_size=VOCAB,
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=256,
+        **_TEXT_SIZES,
         rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "mrope_section": [2, 3, 3]},
         **_SPECIAL_IDS,
     )
@@ -309,13 +306,7 @@ def _llava() -> PreTrainedModel:
         patch_size=LLAVA_PATCH,
     )
     text = LlamaConfig(
-        vocab_size=VOCAB,
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=256,
+        **_TEXT_SIZES,
         **_SPECIAL_IDS,
     )
     config = LlavaConfig(
@@ -370,14 +361,8 @@ def _paligemma() -> PreTrainedModel:
     defaults, a causal prompt decodes to the same tokens).
     """
     text = GemmaConfig(
-        vocab_size=VOCAB,
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
+        **_TEXT_SIZES,
         head_dim=16,
-        max_position_embeddings=256,
         initializer_range=0.1,
         **_SPECIAL_IDS,
     )
@@ -421,17 +406,11 @@ def _gemma3_vl() -> PreTrainedModel:
     on that mask (with 4 pooled tokens, a causal image block decodes to the same tokens).
     """
     text = Gemma3TextConfig(
-        vocab_size=VOCAB,
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
+        **_TEXT_SIZES,
         head_dim=16,
         query_pre_attn_scalar=16,
         sliding_window=GEMMA3_VL_SLIDING_WINDOW,
         layer_types=["sliding_attention", "full_attention"],
-        max_position_embeddings=256,
         **_SPECIAL_IDS,
     )
     config = Gemma3Config(
