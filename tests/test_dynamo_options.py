@@ -133,3 +133,39 @@ def test_static_multi_token_decode_serves_the_prefill_and_saves_one_program(tmp_
     with torch.no_grad():
         expected = model.generate(**prompt, max_new_tokens=12, generation_config=gen)
     assert torch.equal(reloaded.generate(**prompt, max_new_tokens=12, generation_config=gen), expected)
+
+
+def test_static_cache_made_for_another_batch_runs_in_place_or_fails_clearly():
+    """torch.export compares a cache's whole pytree context, which for a StaticCache records ``batch_size``: a cache
+    the caller built at batch 3 runs on a batch-dynamic export traced at batch 2 (its tensors rebound into the traced
+    structure, so the write lands in the caller's cache), and a fresh, still unallocated StaticCache gets an
+    UnsupportedError that says why instead of torch's tree-spec ValueError."""
+    import copy
+
+    from transformers import StaticCache
+
+    case = TINY_CASES["llama"]
+    model = case.build()
+    gen = copy.deepcopy(model.generation_config)
+    gen.do_sample, gen.cache_implementation, gen.max_cache_len = False, "static", 64
+    exported = DynamoExporter().export_for_generation(
+        model, case.inputs(2, 6), DynamoConfig(dynamic=True), generation_config=gen, multi_token_decode=True
+    )
+    decode = exported.runner("decode")
+    prompt = case.inputs(3, 9, padded=False)
+    mask = (torch.arange(64) <= 9).view(1, 1, 1, 64).expand(3, 1, 1, 64)
+    step = {"input_ids": torch.tensor([[5], [7], [11]]), "position_ids": torch.full((3, 1), 9), "attention_mask": mask}
+    with pytest.raises(UnsupportedError, match="fresh StaticCache has none yet"):
+        decode(**step, past_key_values=StaticCache(config=model.config, max_cache_len=64))
+
+    cache = StaticCache(config=model.config, max_cache_len=64)
+    with torch.no_grad():
+        model(**prompt, past_key_values=cache, use_cache=True)  # eager prefill allocates it at batch 3
+        twin = copy.deepcopy(cache)
+        want = model(input_ids=step["input_ids"], past_key_values=twin, cache_position=torch.tensor([9])).logits
+    got = decode(**step, past_key_values=cache)
+    assert (got.logits - want).abs().max().item() <= 1e-4
+    for ours, eager in zip(cache.layers, twin.layers):
+        assert (ours.keys - eager.keys).abs().max().item() <= 1e-5  # written in the caller's own tensors
+        assert (ours.values - eager.values).abs().max().item() <= 1e-5
+        assert int(ours.cumulative_length) == int(eager.cumulative_length) == 10

@@ -6,11 +6,12 @@ import copy
 from typing import Any
 
 import torch
+import torch.utils._pytree as pytree
 
-from ...capture.caches import is_cache
+from ...capture.caches import is_cache, tensor_leaves
 from ...configs import ExportFormat
 from ...errors import UnsupportedError
-from ...metadata import ExportMetadata
+from ...metadata import ExportMetadata, load_spec
 from ...runner import ModelRunner, torch_dtype
 
 __all__ = ["DynamoRunner"]
@@ -58,6 +59,12 @@ class DynamoRunner(ModelRunner):
         try:
             with torch.no_grad():
                 return self._module(**call)
+        except ValueError as e:
+            if "tree spec" not in str(e):
+                raise
+            rebound = self._rebind_caches(call, e)
+            with torch.no_grad():
+                return self._module(**rebound)
         except (AssertionError, RuntimeError) as e:
             if "Guard failed" not in str(e) and "Expected input" not in str(e):
                 raise
@@ -68,3 +75,35 @@ class DynamoRunner(ModelRunner):
                 f"{traced} (ints are sizes the model's code fixed while tracing). Re-export with sample inputs shaped "
                 "like the ones you run; for sliding-window models trace a sequence longer than the window."
             ) from e
+
+    def _rebind_caches(self, call: dict[str, Any], error: ValueError) -> dict[str, Any]:
+        """Put each cache's tensors into the traced cache's structure, when only plain attributes differ.
+
+        torch.export compares a cache's whole pytree context, so a ``StaticCache`` made for batch 3 does not match
+        one traced at batch 2 (the context records ``batch_size``) even where the graph's batch dimension is dynamic
+        and its guards accept the tensors. The tensors themselves are kept (not copied), so in-place cache writes
+        still land in the caller's cache. A cache with another number of tensors cannot be rebound: a clear error.
+        """
+        spec = load_spec(self.metadata.in_spec)
+        kwargs_spec = spec.child(1) if spec.type is tuple and spec.num_children == 2 else spec
+        names = list(kwargs_spec.context) if kwargs_spec.type is dict else []
+        rebound = dict(call)
+        for key, value in call.items():
+            if not is_cache(value) or key not in names:
+                continue
+            traced = kwargs_spec.child(names.index(key))
+            leaves = tensor_leaves(value)
+            if len(leaves) != traced.num_leaves:
+                raise UnsupportedError(
+                    f"{key} ({type(value).__name__}) flattens to {len(leaves)} tensors but this export's cache takes "
+                    f"{traced.num_leaves}: pass a cache shaped like the traced one (initialized, same number of "
+                    "layers and the same cache class), or let ExportedModel.generate() build it. A static cache "
+                    "allocates its tensors on its first update, so a fresh StaticCache has none yet."
+                ) from error
+            rebound[key] = pytree.tree_unflatten(leaves, traced)
+        if rebound.keys() == call.keys() and all(rebound[k] is call[k] for k in call):
+            raise UnsupportedError(
+                f"the inputs do not have the structure this export was traced with ({error}); pass the same keyword "
+                "arguments and cache class as the sample inputs"
+            ) from error
+        return rebound
