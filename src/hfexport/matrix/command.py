@@ -1,19 +1,23 @@
-"""``hfexport matrix``: plan the cases, run them with progress lines, write the reports with an honest header."""
+"""``hfexport matrix``: plan the cases, run them with progress lines, record each row as it finishes
+(``support-matrix.jsonl``, :mod:`.results`) and regenerate the reports from every recorded row, with a header that
+says which run produced which rows."""
 
 from __future__ import annotations
 
 import argparse
-import datetime
 import os
 import platform
 import signal
+import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
 from .discovery import discover
-from .report import write_csv, write_reports
+from .launch import LAUNCHERS
+from .report import write_reports
+from .results import JSONL, Recorder, describe_runs, load, recorded
 from .scheduler import BACKENDS, STAGES, plan, run_matrix
 
 __all__ = ["add_matrix_parser", "cmd_matrix"]
@@ -32,22 +36,14 @@ def add_matrix_parser(sub: Any) -> None:
     p.add_argument("--limit", type=int, default=None, help="only the first N architectures (quick runs)")
     p.add_argument("--out", type=Path, default=Path("docs"), help="folder of support-matrix.* (default docs/)")
     p.add_argument("--no-png", action="store_true", help="skip the heat map")
+    p.add_argument("--resume", action="store_true",
+                   help="skip the cases already recorded in OUT/support-matrix.jsonl (an interrupted run goes on)")
+    p.add_argument("--report-only", action="store_true",
+                   help="run nothing: regenerate the CSV, Markdown and PNG from OUT/support-matrix.jsonl")
+    p.add_argument("--launcher", choices=list(LAUNCHERS), default="forkserver",
+                   help="how each case's process starts: forked from a preloaded clean server (default) or exec "
+                        "of a fresh interpreter")
     p.set_defaults(func=cmd_matrix)
-
-
-def _header(args: argparse.Namespace, n_archs: int, n_all: int, seconds: float, load: tuple[float, ...],
-            end: tuple[float, ...]) -> str:
-    scope = "all" if n_archs == n_all else f"a partial run: {n_archs} of the {n_all}"
-    return "\n".join([
-        f"Run finished {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC after {seconds / 60:.1f} "
-        f"min: {scope} architectures found in transformers' auto mappings, backends {', '.join(args.backends)}, "
-        f"stages {' and '.join(args.stages)} (generate: generative classes only), {args.jobs} job(s), "
-        f"{args.timeout:g} s timeout per case.",
-        f"Machine: {platform.machine()}, {os.cpu_count()} CPU(s), shared; load average (1/5/15 min) "
-        f"{load[0]:.2f} / {load[1]:.2f} / {load[2]:.2f} at the start, {end[0]:.2f} / {end[1]:.2f} / {end[2]:.2f} "
-        "at the end; export seconds are wall time on it.",
-        f"Command: `{_command(args)}`",
-    ])
 
 
 def _command(args: argparse.Namespace) -> str:
@@ -57,6 +53,10 @@ def _command(args: argparse.Namespace) -> str:
         parts += ["--families", *args.families]
     if args.limit is not None:
         parts += ["--limit", str(args.limit)]
+    if args.launcher != "forkserver":
+        parts += ["--launcher", args.launcher]
+    if args.resume:
+        parts.append("--resume")
     return " ".join(parts)
 
 
@@ -68,31 +68,91 @@ def _stop(signum: int, frame: Any) -> None:
     raise SystemExit(128 + signum)
 
 
+def _commit() -> str | None:
+    """HEAD of the checkout hfexport runs from, plus the files under src/ that differ from it (other work in
+    progress changes what a case runs)."""
+    root = Path(__file__).resolve().parents[3]
+    try:
+        head = subprocess.run(["git", "-C", str(root), "rev-parse", "--short=12", "HEAD"], capture_output=True,
+                              text=True, timeout=20, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--", "src"], capture_output=True,
+                               text=True, timeout=20, check=True).stdout.split("\n")
+    except (OSError, subprocess.SubprocessError):
+        return None
+    changed = sorted({line[3:].strip() for line in dirty if line.strip()})
+    if not changed:
+        return head
+    shown = ", ".join(changed[:8]) + (f" and {len(changed) - 8} more" if len(changed) > 8 else "")
+    return f"{head} with uncommitted changes in {shown}"
+
+
+def _versions() -> dict[str, str]:
+    from importlib.metadata import PackageNotFoundError, version
+
+    out = {}
+    for name in ("transformers", "torch"):
+        try:
+            out[name] = version(name)
+        except PackageNotFoundError:
+            pass
+    return out
+
+
+def _intro(rows: list[dict[str, Any]], n_all: int) -> str:
+    per: dict[tuple[str, str], set[str]] = {}
+    for r in rows:
+        per.setdefault((r["backend"], r["stage"]), set()).add(r["model_type"])
+    archs = len({r["model_type"] for r in rows})
+    scope = "all" if archs == n_all else f"a partial matrix: {archs} of the {n_all}"
+    cols = "; ".join(f"{b} {s} on {len(m)}" for (b, s), m in per.items())
+    return (f"Rows for {scope} architectures found in transformers' auto mappings. Architectures per backend and "
+            f"stage: {cols}. A backend claims nothing about the architectures it was not run on (blank cells "
+            "marked `not run` in the grid).\n\nRuns that produced these rows:\n")
+
+
+def _write(out: Path, n_all: int, png: bool) -> list[Path]:
+    rows, runs = load(out / JSONL)
+    header = _intro(rows, n_all) + "\n" + describe_runs(rows, runs, n_all)
+    return write_reports(rows, out, header=header, png=png)
+
+
 def cmd_matrix(args: argparse.Namespace) -> int:
     everything = discover()
+    if args.report_only:
+        paths = _write(args.out, len(everything), not args.no_png)
+        print("wrote " + ", ".join(str(p) for p in paths), file=sys.stderr)
+        return 0
     archs = discover(args.families)
     if args.limit is not None:
         archs = archs[: args.limit]
     cases = plan(archs, args.backends, args.stages)
-    print(f"matrix: {len(archs)} architecture(s) x {len(args.backends)} backend(s) = {len(cases)} case(s), "
-          f"{args.jobs} job(s), {args.timeout:g} s timeout each", file=sys.stderr, flush=True)
-    load = _load()
-    start = time.perf_counter()
-    partial: list[dict[str, Any]] = []
+    jsonl = args.out / JSONL
+    skipped = 0
+    if args.resume:
+        done = recorded(jsonl)
+        kept = [c for c in cases if (c.arch.model_type, c.backend, c.stage) not in done]
+        skipped, cases = len(cases) - len(kept), kept
+    print(f"matrix: {len(archs)} architecture(s) x {len(args.backends)} backend(s): {len(cases)} case(s) to run"
+          + (f", {skipped} already in {jsonl} (--resume)" if args.resume else "")
+          + f", {args.jobs} job(s), {args.timeout:g} s timeout each", file=sys.stderr, flush=True)
+    recorder = Recorder(jsonl, {
+        "command": _command(args), "backends": args.backends, "stages": args.stages, "architectures": len(archs),
+        "of": len(everything), "cases": len(cases), "skipped": skipped, "jobs": args.jobs, "timeout": args.timeout,
+        "launcher": args.launcher, "nice": os.nice(0), "load_start": list(_load()), "versions": _versions(),
+        "commit": _commit(), "machine": f"{platform.machine()}, {os.cpu_count()} CPU(s)"})
 
     def progress(row: dict[str, Any], done: int, total: int) -> None:
-        partial.append(row)
+        recorder.add(row)  # on disk before the next case: an interrupted run keeps it (--resume)
         diff = "" if row.get("max_abs_diff") is None else f" diff {row['max_abs_diff']:.1e}"
         secs = "" if row.get("export_seconds") is None else f" {row['export_seconds']:.1f}s"
         why = f" — {row['reason'][:120]}" if row["status"] != "pass" and row.get("reason") else ""
         print(f"[{done}/{total}] {row['model_type']} {row['backend']} {row['stage']}: {row['status']}{diff}{secs}{why}",
               file=sys.stderr, flush=True)
-        write_csv(partial, args.out / "support-matrix.partial.csv")  # survives an interrupted run
 
     signal.signal(signal.SIGTERM, _stop)  # a killed run stops its workers too (run_matrix's finally)
-    rows = run_matrix(cases, jobs=args.jobs, timeout=args.timeout, on_result=progress)
-    header = _header(args, len(archs), len(everything), time.perf_counter() - start, load, _load())
-    paths = write_reports(rows, args.out, header=header, png=not args.no_png)
-    (args.out / "support-matrix.partial.csv").unlink(missing_ok=True)
+    start = time.perf_counter()
+    run_matrix(cases, jobs=args.jobs, timeout=args.timeout, on_result=progress, launcher=args.launcher)
+    recorder.close(load_end=list(_load()), minutes=round((time.perf_counter() - start) / 60, 1))
+    paths = _write(args.out, len(everything), not args.no_png)
     print("wrote " + ", ".join(str(p) for p in paths), file=sys.stderr)
     return 0

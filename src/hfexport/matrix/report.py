@@ -13,6 +13,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from .discovery import GENERATIVE_TASKS
+
 __all__ = ["FIELDS", "STATUSES", "coverage", "read_csv", "write_csv", "write_markdown", "write_heatmap",
            "write_reports"]
 
@@ -20,7 +22,8 @@ FIELDS = ("model_type", "class_name", "task", "backend", "stage", "status", "max
           "export_seconds", "wall_seconds", "reason")
 STATUSES = ("pass", "mismatch", "fail", "timeout", "eager-fails", "cannot-build", "unavailable")
 _COLOURS = {"pass": "#2e7d32", "mismatch": "#f9a825", "fail": "#c62828", "timeout": "#6a1b9a",
-            "eager-fails": "#8d6e63", "cannot-build": "#9e9e9e", "unavailable": "#e0e0e0", "n/a": "#ffffff"}
+            "eager-fails": "#8d6e63", "cannot-build": "#9e9e9e", "unavailable": "#e0e0e0", "not run": "#cfe3f3",
+            "n/a": "#ffffff"}
 
 
 def _columns(rows: list[dict[str, Any]]) -> list[tuple[str, str]]:
@@ -63,9 +66,9 @@ def read_csv(path: Path) -> list[dict[str, Any]]:
                 for r in csv.DictReader(f)]
 
 
-def _cell(row: dict[str, Any] | None) -> str:
-    if row is None:
-        return "—"
+def _cell(row: dict[str, Any] | None, applies: bool = False) -> str:
+    if row is None:  # "not run": the stage applies but this backend has no row for it (a partial run)
+        return "not run" if applies else "—"
     status = row["status"]
     if status == "pass" and row.get("max_abs_diff") is not None:
         return f"pass {row['max_abs_diff']:.0e}, {row['export_seconds']:.0f} s"
@@ -101,11 +104,12 @@ def write_markdown(rows: list[dict[str, Any]], path: Path, header: str = "") -> 
               "image-token id are all they need (Qwen2-VL and LLaVA use the hand-written tiny inputs of "
               "`hfexport.models.tiny`); the others get text only, so their `generate` stage fails where the "
               "decomposition needs the vision tower to run.", "", "![heat map](support-matrix.png)", "",
-              "## Grid", "", "Cells: status, max abs diff vs eager (export), export seconds.", "",
+              "## Grid", "", "Cells: status, max abs diff vs eager (export), export seconds; `—`: the stage does not apply "
+              "(not generative); `not run`: no run of this backend covered the architecture.", "",
               "| model_type | class | task | " + " | ".join(f"{b} {s}" for b, s in cols) + " |",
               "|---|---|---|" + "---|" * len(cols)]
     for model_type, class_name, task in archs:
-        cells = [_cell(index.get((model_type, b, s))) for b, s in cols]
+        cells = [_cell(index.get((model_type, b, s)), s == "export" or task in GENERATIVE_TASKS) for b, s in cols]
         lines.append(f"| {model_type} | {class_name} | {task} | " + " | ".join(cells) + " |")
     bad = [r for r in rows if r["status"] not in ("pass", "unavailable")]
     if bad:
@@ -129,9 +133,14 @@ def write_heatmap(rows: list[dict[str, Any]], path: Path, title: str = "hfexport
 
     cols = _columns(rows)
     archs = list(dict.fromkeys(r["model_type"] for r in rows))
+    generative = {r["model_type"] for r in rows if r.get("task") in GENERATIVE_TASKS}
     names = list(_COLOURS)
     index = {(r["model_type"], r["backend"], r["stage"]): r["status"] for r in rows}
-    grid = [[names.index(index.get((a, b, s), "n/a")) for b, s in cols] for a in archs]
+
+    def status(a: str, b: str, s: str) -> str:
+        return index.get((a, b, s), "not run" if s == "export" or a in generative else "n/a")
+
+    grid = [[names.index(status(a, b, s)) for b, s in cols] for a in archs]
     cov = coverage(rows)
     labels = [f"{b}\n{s}\n{'n/a' if cov[(b, s)]['percent'] is None else str(cov[(b, s)]['percent']) + ' %'}"
               for b, s in cols]
@@ -143,7 +152,7 @@ def write_heatmap(rows: list[dict[str, Any]], path: Path, title: str = "hfexport
     ax.xaxis.tick_top()
     ax.set_yticks(range(len(archs)), archs, fontsize=6)
     ax.set_title(title, fontsize=9, pad=28)
-    used = sorted({index.get((a, b, s), "n/a") for a in archs for b, s in cols}, key=names.index)
+    used = sorted({status(a, b, s) for a in archs for b, s in cols}, key=names.index)
     ax.legend(handles=[Patch(facecolor=_COLOURS[n], edgecolor="black", label=n) for n in used],
               loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=7, frameon=False)
     fig.tight_layout()

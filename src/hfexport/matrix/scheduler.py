@@ -1,4 +1,4 @@
-"""Runs matrix cases, each in its own ``python -m hfexport.matrix.worker`` process with a wall-clock timeout.
+"""Runs matrix cases, each in its own process (:mod:`.launch`) with a wall-clock timeout.
 
 A process per case keeps a crash (or a patch a failed export left behind) from touching the next case. Up to
 ``jobs`` cases run at once. When a case reports ``cannot-build``, the cases of the same architecture not started
@@ -8,14 +8,8 @@ architecture and stage, and ``unavailable`` for a backend.
 
 from __future__ import annotations
 
-import contextlib
-import json
 import os
-import signal
-import subprocess
-import sys
 import threading
-import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -23,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from .discovery import Architecture
+from .launch import LAUNCHERS, kill_all, launch
 
 __all__ = ["Case", "BACKENDS", "STAGES", "plan", "run_matrix"]
 
@@ -54,56 +49,34 @@ def plan(archs: Iterable[Architecture], backends: Iterable[str], stages: Iterabl
     return [Case(a, b, s) for a in archs for b in backends for s in stages if s == "export" or a.generative]
 
 
-def _env(jobs: int) -> dict[str, str]:
-    env = dict(os.environ)
-    src = str(Path(__file__).resolve().parents[2])  # the folder holding the hfexport package
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (src, env.get("PYTHONPATH")) if p)
-    if jobs > 1:  # share the cores instead of oversubscribing them
-        env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // jobs)))
-    return env
+def _threads(jobs: int) -> int | None:
+    """Torch threads per case: the cores shared among the cases running at once (``None``: one job, torch decides)."""
+    return max(1, (os.cpu_count() or 1) // jobs) if jobs > 1 else None
 
 
-_live: set[subprocess.Popen] = set()  # workers running now, killed if the scheduler itself is stopped
-
-
-def _kill(proc: subprocess.Popen) -> None:
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(proc.pid, signal.SIGKILL)  # the worker's own session: it and anything it started
-
-
-def _run_one(case: Case, timeout: float, env: dict[str, str]) -> dict[str, Any]:
-    cmd = [sys.executable, "-m", "hfexport.matrix.worker", *case.argv()]
-    start = time.perf_counter()
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
-                            start_new_session=True)
-    _live.add(proc)
-    try:
-        out, err = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        _kill(proc)
-        proc.communicate()
-        return case.row(status="timeout", reason=f"no result within {timeout:g} s")
-    finally:
-        _live.discard(proc)
-    wall = round(time.perf_counter() - start, 2)
-    for line in reversed(out.splitlines()):
-        if line.startswith("{"):
-            try:
-                row = json.loads(line)
-            except ValueError:
-                break
-            return {**case.row(), **row, "wall_seconds": wall}
-    tail = next((ln.strip() for ln in reversed(err.splitlines()) if ln.strip()), "")
-    code = proc.returncode
-    how = f"was killed by {signal.Signals(-code).name}" if code < 0 else f"exited with status {code}"
-    return case.row(status="fail", reason=f"worker {how} without a result; last stderr line: {tail}"[:300],
-                    wall_seconds=wall)
+def _run_one(case: Case, timeout: float, launcher: str, backends: tuple[str, ...],
+             threads: int | None) -> dict[str, Any]:
+    out = launch(case.argv(), timeout, launcher=launcher, backends=backends, threads=threads)
+    if out["timed_out"]:
+        return case.row(status="timeout", reason=f"no result within {timeout:g} s", wall_seconds=out["wall"])
+    if out["row"] is not None:
+        return {**case.row(), **out["row"], "wall_seconds": out["wall"]}
+    return case.row(status="fail", reason=f"worker {out['how']} without a result; last stderr line: "
+                                          f"{out['stderr_tail']}"[:300], wall_seconds=out["wall"])
 
 
 def run_matrix(cases: list[Case], jobs: int = 1, timeout: float = 300,
-               on_result: Callable[[dict[str, Any], int, int], None] | None = None) -> list[dict[str, Any]]:
-    """Run ``cases`` and return their rows in case order; ``on_result(row, done, total)`` after each one."""
-    env = _env(jobs)
+               on_result: Callable[[dict[str, Any], int, int], None] | None = None,
+               launcher: str = "forkserver") -> list[dict[str, Any]]:
+    """Run ``cases`` and return their rows in case order; ``on_result(row, done, total)`` after each one.
+
+    ``launcher`` says how each case's process starts (:mod:`.launch`): ``"forkserver"`` (forked from a clean
+    server with torch, transformers and hfexport preloaded) or ``"exec"`` (a fresh interpreter per case).
+    """
+    if launcher not in LAUNCHERS:
+        raise ValueError(f"unknown launcher {launcher!r}; expected one of {', '.join(LAUNCHERS)}")
+    backends = tuple(dict.fromkeys(c.backend for c in cases))
+    threads = _threads(jobs)
     lock = threading.Lock()
     known: dict[tuple[str, str], dict[str, Any]] = {}  # ("arch", model_type) / ("backend", name) -> shared row
     rows: list[dict[str, Any] | None] = [None] * len(cases)
@@ -119,7 +92,7 @@ def run_matrix(cases: list[Case], jobs: int = 1, timeout: float = 300,
         if shared is not None:
             row = case.row(status=shared["status"], reason=shared["reason"])
         else:
-            row = _run_one(case, timeout, env)
+            row = _run_one(case, timeout, launcher, backends, threads)
         with lock:
             if stopping:  # killed by the finally below: not a result of the case
                 return
@@ -141,6 +114,5 @@ def run_matrix(cases: list[Case], jobs: int = 1, timeout: float = 300,
         with lock:
             stopping = True
         pool.shutdown(wait=False, cancel_futures=True)
-        for proc in list(_live):
-            _kill(proc)
+        kill_all()
     return [r for r in rows if r is not None]
