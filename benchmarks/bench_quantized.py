@@ -1,18 +1,26 @@
 """Quantized exports of SmolLM2-135M: weight bytes on disk, greedy top-1 agreement with eager, int8 decode speed.
 
-For each (recipe, format) pair (the CLI's ``--quantize`` recipes, hfexport.quantizers.presets), in a child process
-of its own (its export time and memory are its own): ``export_for_generation`` (dynamic cache, single-token decode)
-with the recipe calibrated on a few prompts, ``save_pretrained``, ``ExportedModel.from_pretrained``, then
+Two tables, in benchmarks/RESULTS_QUANTIZED.md (and .json):
 
-- weight bytes on disk (hfexport.quantizers.measure.weight_bytes) against the fp32 model's parameter bytes;
-- top-1 agreement: eager greedy-decodes 64 tokens; the export's prefill graph runs over eager's whole sequence
-  (teacher-forced: with the causal mask each position is one decode step on eager's tokens), and each step scores
-  whether its argmax is eager's token;
-- decode tokens/s of ``ExportedModel.generate`` (ONNX Runtime and OpenVINO; fp32 exports of the same format in the
-  same run as the reference): (new tokens - 1) / (time from the first to the last new token), best of --repeats.
+- Agreement (the default run): for each (recipe, format) pair (the CLI's ``--quantize`` recipes,
+  hfexport.quantizers.presets), in a child process of its own: ``export_for_generation`` (dynamic cache,
+  single-token decode) with the recipe calibrated on CALIBRATION, ``save_pretrained``, ``ExportedModel.from_pretrained``,
+  then the weight bytes on disk (hfexport.quantizers.measure.weight_bytes) against the fp32 model's parameter bytes,
+  and the top-1 agreement: for each of the 4 EVAL_PROMPTS, eager greedy-decodes 64 tokens, the export's prefill graph
+  runs over eager's whole sequence (teacher-forced: with the causal mask each position is one decode step on eager's
+  tokens), and each step scores whether its argmax is eager's token; the table gives the mean over the 4 prompts
+  (256 steps) and each prompt's.
+- Decode speed (``--decode``): the int8 rows on ONNX Runtime (ort-dynamic) and OpenVINO (nncf-int8) and their fp32
+  references, each exported once with a static cache of 256 and multi-token decode (one graph serves the prompt and
+  every step, as bench_onnx / bench_openvino do) in a child process of its own (export s and peak RSS via VmHWM, from
+  benchmarks/common.py) and saved under one folder; then every saved artifact is loaded and timed with eager
+  ``model.generate`` in the same process: batch 1, greedy, 128 new tokens, interleaved rounds, best of --repeats.
 
-    python benchmarks/bench_quantized.py           # writes benchmarks/RESULTS_QUANTIZED.md / .json
-    python benchmarks/bench_quantized.py --quick   # two pairs, 16 tokens: a smoke test of the script
+    python benchmarks/bench_quantized.py                     # the agreement table (hours on 2 cores)
+    python benchmarks/bench_quantized.py --decode            # export the decode artifacts to a temp folder, time them
+    python benchmarks/bench_quantized.py --save-artifacts DIR          # export and save the decode artifacts only
+    python benchmarks/bench_quantized.py --artifacts DIR --decode-only # time decode from saved artifacts alone
+    python benchmarks/bench_quantized.py --quick             # two pairs, 16 tokens: a smoke test of the script
 """
 
 from __future__ import annotations
@@ -28,8 +36,20 @@ import time
 from pathlib import Path
 from typing import Any
 
+import common  # benchmarks/ is on sys.path: this script's folder, or put there by run.py
+
 HERE = Path(__file__).resolve().parent
-PROMPT = "Once upon a time, in a small village at the edge of a great forest, there lived"
+# the agreement is scored on these 4 prompts (64 greedy steps each; one token of one prompt = 0.4 points of the mean):
+# story, encyclopedic prose, code, chat; none of their text is in CALIBRATION (checked in main: the recipes are not
+# tuned on what they are scored on)
+EVAL_PROMPTS = [
+    "Once upon a time, in a small village at the edge of a great forest, there lived",
+    "The Great Barrier Reef, off the coast of Queensland in Australia, is the largest coral reef system in the world."
+    " It is made up of",
+    'def fibonacci(n):\n    """Return the n-th Fibonacci number, computed iteratively."""\n',
+    "User: What are three simple ways to save energy at home?\nAssistant:",
+]
+PROMPT = EVAL_PROMPTS[0]  # the decode-speed prompt
 # realistic calibration: 12 paragraphs of varied text (prose, code, dialogue, maths), 60-110 tokens each; eight
 # 5-13-token prompts left NNCF int8 at 44 % agreement on OpenVINO, these at 84 % (same recipe)
 CALIBRATION = [
@@ -47,47 +67,55 @@ CALIBRATION = [
     "import numpy as np\n\n# compute the mean and standard deviation of each column\ndata = np.loadtxt('measurements.csv', delimiter=',', skiprows=1)\nmeans = data.mean(axis=0)\nstds = data.std(axis=0)\nfor name, mean, std in zip(['temperature', 'pressure', 'humidity'], means, stds):\n    print(f'{name}: {mean:.2f} +/- {std:.2f}')\n",
 ]
 STEPS = 64
-# (recipe, format); None: the fp32 export, the speed reference
-# the int8 speed rows first (ONNX Runtime, OpenVINO, each with its fp32 reference), then the rest
+# (recipe, format); None: the fp32 export
 PAIRS = [
     (None, "onnx"), ("ort-dynamic", "onnx"), (None, "openvino"), ("nncf-int8", "openvino"), ("ort-static", "onnx"),
     ("nncf-int4", "openvino"), ("pt2e-int8", "onnx"), ("nncf-int8", "onnx"), ("pt2e-int8", "openvino"),
     ("nncf-int4", "onnx"), ("pt2e-int8", "dynamo"), ("nncf-int8", "dynamo"), ("nncf-int4", "dynamo"),
 ]
 QUICK = [("ort-dynamic", "onnx"), ("nncf-int8", "openvino")]
-TIMED = {"onnx", "openvino"}
+# the decode-speed artifacts: int8 on ONNX Runtime and OpenVINO, each with its fp32 reference
+DECODE_PAIRS = [(None, "onnx"), ("ort-dynamic", "onnx"), (None, "openvino"), ("nncf-int8", "openvino")]
 
 
-class _Clock:
-    """A streamer that records when each token arrives (the prompt comes first)."""
+def check_disjoint(evaluation: list[str], calibration: list[str]) -> None:
+    """Raise if an evaluation prompt shares a sentence with the calibration text: the recipes must not be scored on
+    what they calibrate on."""
+    import re
 
-    def __init__(self) -> None:
-        self.times: list[float] = []
-
-    def put(self, value: Any) -> None:
-        self.times.append(time.perf_counter())
-
-    def end(self) -> None:
-        pass
+    sentences = {x.strip() for text in calibration for x in re.split(r"[.\n?!]", text) if len(x.strip()) > 15}
+    for prompt in evaluation:
+        shared = [x for x in sentences if x in prompt or prompt.strip() in x]
+        if shared:
+            raise ValueError(f"evaluation prompt {prompt[:40]!r} shares text with the calibration set: {shared[0]!r}")
 
 
-def child(recipe_name: str | None, fmt: str, out: Path, new_tokens: int, repeats: int) -> None:
+def _pair_name(recipe_name: str | None, fmt: str) -> str:
+    return f"{recipe_name or 'fp32'}-{fmt}"
+
+
+def _calibrated_recipe(recipe_name: str | None, fmt: str, tokenizer: Any) -> Any:
+    from hfexport.quantizers.presets import prompt_samples, recipe
+
+    return None if recipe_name is None else recipe(recipe_name, fmt, prompt_samples(CALIBRATION, tokenizer))
+
+
+# --- agreement: one child per pair ----------------------------------------------------------------------------------
+
+
+def child(recipe_name: str | None, fmt: str, out: Path) -> None:
     import warnings
-
-    import torch
 
     warnings.filterwarnings("ignore")
     from hfexport import AutoExportConfig, AutoHfExporter, ExportedModel
     from hfexport.models.packaged import packaged
     from hfexport.quantizers.measure import eager_greedy, fp32_weight_bytes, top1_agreement, weight_bytes
-    from hfexport.quantizers.presets import prompt_samples, recipe
 
     model, tokenizer = packaged("smollm2")
-    prompt = tokenizer(PROMPT, return_tensors="pt")["input_ids"]
-    sequence = eager_greedy(model, prompt, STEPS)
+    prompts = [tokenizer(p, return_tensors="pt")["input_ids"] for p in EVAL_PROMPTS]
+    sequences = [eager_greedy(model, ids, STEPS) for ids in prompts]
     config = AutoExportConfig.from_dict({"export_format": fmt, "dynamic": True})
-    if recipe_name is not None:
-        config.quantizer = recipe(recipe_name, fmt, prompt_samples(CALIBRATION, tokenizer))
+    config.quantizer = _calibrated_recipe(recipe_name, fmt, tokenizer)
     # a batch of 2 for the capture: OpenVINO's stateful pass cannot start a cache traced at batch 1 (its batch
     # axis is then pinned to 1 while the initial state takes beam_idx's)
     sample = dict(tokenizer(["Hello there, my friend"] * 2, return_tensors="pt"))
@@ -99,33 +127,25 @@ def child(recipe_name: str | None, fmt: str, out: Path, new_tokens: int, repeats
         exported.save_pretrained(folder)
         del exported
         reloaded = ExportedModel.from_pretrained(folder)
+        per_prompt = [top1_agreement(reloaded, seq, ids.shape[1]) for seq, ids in zip(sequences, prompts)]
         row: dict[str, Any] = {
             "recipe": recipe_name or "fp32",
             "format": fmt,
             "export_s": round(export_s, 1),
             "weight_ratio": round(weight_bytes(folder) / fp32_weight_bytes(model), 4),
-            "top1_agreement": round(top1_agreement(reloaded, sequence, prompt.shape[1]), 4),
+            "top1_agreement": round(sum(per_prompt) / len(per_prompt), 4),
+            "top1_per_prompt": [round(a, 4) for a in per_prompt],
         }
-        if fmt in TIMED:
-            best = 0.0
-            ids = tokenizer(PROMPT, return_tensors="pt")
-            for _ in range(repeats):
-                clock = _Clock()
-                reloaded.generate(**ids, max_new_tokens=new_tokens, min_new_tokens=new_tokens, streamer=clock)
-                new = clock.times[-new_tokens:]
-                best = max(best, (new_tokens - 1) / (new[-1] - new[0]))
-            row["decode_tok_s"] = round(best, 2)
     finally:
         shutil.rmtree(folder, ignore_errors=True)
     out.write_text(json.dumps(row))
 
 
-def _run_child(pair: tuple[str | None, str], args: argparse.Namespace) -> dict[str, Any]:
+def _run_child(pair: tuple[str | None, str]) -> dict[str, Any]:
     recipe_name, fmt = pair
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "row.json"
-        command = [sys.executable, __file__, "--child", recipe_name or "fp32", fmt, "--out", str(out),
-                   "--new-tokens", str(args.new_tokens), "--repeats", str(args.repeats)]
+        command = [sys.executable, __file__, "--child", recipe_name or "fp32", fmt, "--out", str(out)]
         start = time.perf_counter()
         done = subprocess.run(command, capture_output=True, text=True, env=os.environ.copy())
         if done.returncode != 0 or not out.exists():
@@ -136,21 +156,101 @@ def _run_child(pair: tuple[str | None, str], args: argparse.Namespace) -> dict[s
         return row
 
 
-def _markdown(rows: list[dict[str, Any]], load: str, args: argparse.Namespace) -> str:
+# --- decode speed: artifacts exported once, timed from disk ---------------------------------------------------------
+
+
+def export_artifact(name: str, out: Path) -> dict:
+    """In an export child: the pair ``name`` (``recipe-format``) exported with a static cache and multi-token decode,
+    calibrated on CALIBRATION, saved to ``out``; the record of common.measure_export."""
+    import warnings
+
+    warnings.filterwarnings("ignore")
+    from hfexport import AutoExportConfig, AutoHfExporter
+    from hfexport.models.packaged import packaged
+
+    recipe_name, fmt = _parse_pair(name)
+    _, tokenizer = packaged("smollm2")
+
+    def export(model: Any, sample: dict) -> Any:
+        config = AutoExportConfig.from_dict({"export_format": fmt, "dynamic": True})
+        config.quantizer = _calibrated_recipe(recipe_name, fmt, tokenizer)
+        return AutoHfExporter.from_config(config).export_for_generation(
+            model, sample, config, generation_config=common.static_generation_config(model), multi_token_decode=True
+        )
+
+    record, _ = common.measure_export(name, out, export)
+    record["recipe"], record["format"] = recipe_name or "fp32", fmt
+    return record
+
+
+def save_artifacts(folder: Path, pairs: list[tuple[str | None, str]]) -> dict[str, dict]:
+    """Each pair exported once, in a child of its own, to ``folder/<recipe>-<format>``; the records, also written to
+    ``folder/exports.json``."""
+    folder.mkdir(parents=True, exist_ok=True)
+    records_path = folder / "exports.json"
+    records = json.loads(records_path.read_text()) if records_path.exists() else {}
+    for pair in pairs:
+        name = _pair_name(*pair)
+        print(f"[bench_quantized] exporting {name} (static cache {common.STATIC_CACHE_LEN}) ...", flush=True)
+        shutil.rmtree(folder / name, ignore_errors=True)
+        records[name] = common.run_export_child(__file__, name, folder / name, what="quantized export",
+                                                timeout=7200, keep_going=True)
+        print(f"[bench_quantized]   {records[name]}", flush=True)
+        records_path.write_text(json.dumps(records, indent=2))
+    return records
+
+
+def time_decode(folder: Path, repeats: int, new_tokens: int) -> dict[str, Any]:
+    """Every artifact saved under ``folder`` loaded and timed with eager in this process: batch 1, greedy,
+    ``new_tokens`` new tokens, interleaved rounds (common.interleaved_rounds), best of ``repeats``."""
+    from hfexport import ExportedModel
+    from hfexport.models.packaged import packaged
+
+    records_path = folder / "exports.json"
+    exports = json.loads(records_path.read_text()) if records_path.exists() else {}
+    model, tokenizer = packaged("smollm2")
+    inputs = dict(tokenizer(PROMPT, return_tensors="pt"))
+    runners: dict[str, Any] = {"eager": lambda n: common.timed_generate(model.generate, inputs, n)}
+    loads: dict[str, dict] = {}
+    for path in sorted(p for p in folder.iterdir() if (p / "export.json").exists()):
+        start = time.perf_counter()
+        exported = ExportedModel.from_pretrained(path)
+        loads[path.name] = {"load_s": time.perf_counter() - start}
+        runners[path.name] = lambda n, generate=exported.generate: common.timed_generate(generate, inputs, n)
+    common.warm_up(runners, "bench_quantized")
+    results = common.interleaved_rounds(runners, repeats, new_tokens, "bench_quantized")
+    common.summarise(results)
+    return {"folder": str(folder), "prompt_tokens": int(inputs["input_ids"].shape[-1]), "new_tokens": new_tokens,
+            "repeats": repeats, "exports": exports, "loads": loads, "results": results,
+            "peak_rss_timing_process": common.peak_rss()}
+
+
+def _parse_pair(name: str) -> tuple[str | None, str]:
+    recipe_name, fmt = name.rsplit("-", 1)
+    return (None if recipe_name == "fp32" else recipe_name), fmt
+
+
+# --- report -----------------------------------------------------------------------------------------------------------
+
+
+def _markdown(saved: dict[str, Any]) -> str:
+    rows, load = saved.get("rows", []), saved.get("load", "?")
     lines = [
         "# Quantized exports of SmolLM2-135M",
         "",
-        f"`python benchmarks/bench_quantized.py` ({'quick' if args.quick else 'full'} run; load average at start: "
-        f"{load}; {args.new_tokens} new tokens, best of {args.repeats}). Weight ratio: weight bytes of the saved "
-        "export on disk / the fp32 model's parameter bytes (targets: int8 <= 0.35, int4 <= 0.2). Top-1: greedy "
-        f"agreement with eager over {STEPS} decode steps, teacher-forced on eager's tokens (target for int8: >= 90 %).",
+        f"`python benchmarks/bench_quantized.py` (load average at start: {load}). Weight ratio: weight bytes of the "
+        "saved export on disk / the fp32 model's parameter bytes (targets: int8 <= 0.35, int4 <= 0.2). Top-1: greedy "
+        f"agreement with eager, {STEPS} decode steps teacher-forced on eager's tokens, for each of {len(EVAL_PROMPTS)} "
+        "evaluation prompts (story, encyclopedic prose, code, chat; none of their text is in the calibration set): "
+        f"the mean over the {len(EVAL_PROMPTS) * STEPS} steps (target for int8: >= 90 %) and per prompt (one token "
+        f"= {100 / STEPS:.1f} points of a prompt, {100 / STEPS / len(EVAL_PROMPTS):.2f} of the mean).",
         "",
         "A dynamic-cache export holds a prefill and a decode program; where a backend stores the weights once per "
         "program (OpenVINO `.bin`, ExecuTorch `.pte`), the fp32 export itself is 2x: the column 'vs fp32 export' "
         "divides by the fp32 export of the same format in this run, and the targets are checked on it when there is "
         "one.",
         "",
-        "| recipe | format | weight ratio | vs fp32 export | top-1 agreement | decode tok/s | export s | note |",
+        "| recipe | format | weight ratio | vs fp32 export | top-1 mean | per prompt | export s | note |",
         "|---|---|---|---|---|---|---|---|",
     ]
     fp32 = {r["format"]: r["weight_ratio"] for r in rows if r.get("recipe") == "fp32" and "error" not in r}
@@ -165,58 +265,146 @@ def _markdown(rows: list[dict[str, Any]], load: str, args: argparse.Namespace) -
             notes.append(f"above the {target}x target")
         if row["recipe"] not in ("fp32", "nncf-int4") and row["top1_agreement"] < 0.9:
             notes.append("below 90 % agreement")
+        per = " / ".join(f"{a:.1%}" for a in row.get("top1_per_prompt", []))
         lines.append(
             f"| {row['recipe']} | {row['format']} | {row['weight_ratio']:.3f} | "
-            f"{'-' if relative is None else f'{relative:.3f}'} | {row['top1_agreement']:.1%} | "
-            f"{row.get('decode_tok_s', '-')} | {row['export_s']} | {'; '.join(notes)} |"
+            f"{'-' if relative is None else f'{relative:.3f}'} | {row['top1_agreement']:.1%} | {per or '-'} | "
+            f"{row['export_s']} | {'; '.join(notes)} |"
         )
+    decode = saved.get("decode")
+    if decode:
+        lines += ["", *_decode_markdown(decode)]
     return "\n".join(lines) + "\n"
+
+
+def _decode_markdown(report: dict[str, Any]) -> list[str]:
+    results, exports = report["results"], report.get("exports", {})
+    eager = results["eager"]["decode_tok_s"]
+    lines = [
+        "## Decode speed (int8 on ONNX Runtime and OpenVINO)",
+        "",
+        f"`python benchmarks/bench_quantized.py --artifacts DIR --decode-only`: SmolLM2-135M, batch 1, greedy, "
+        f"{report['new_tokens']} new tokens after a {report['prompt_tokens']}-token prompt, static cache "
+        f"{common.STATIC_CACHE_LEN} + multi-token decode (one graph), each artifact exported once and loaded from disk, "
+        f"timed with eager in the same process; best of {report['repeats']} interleaved rounds. Load average at "
+        f"start/end: {report.get('loads_avg', '?')}.",
+        "",
+        *common.table_head("artifact", "export s", "export peak RSS MB", "artifact MB (x weights)", "load s",
+                           "prefill ms", "decode tok/s", "vs eager", "same tokens"),
+    ]
+    for name, res in results.items():
+        label = common.EAGER_LABEL if name == "eager" else name
+        cells = common.export_cells(exports.get(name), load=report["loads"].get(name, {}) if name != "eager" else None)
+        if name == "eager":
+            cells += " | –"
+        lines.append(f"| {label} | {cells} | {common.result_cells(res, eager, where=True)} |")
+    lines += ["", "A quantized export need not give eager's tokens: 'same tokens' says where its greedy text "
+              "first departs from eager's (the agreement table above measures how often it keeps eager's top-1)."]
+    return lines
+
+
+def _write(results: Path, saved: dict[str, Any]) -> None:
+    decode = saved.get("decode", {}).get("results", {})
+    for row in saved.get("rows", []):  # benchmarks/summary.py reads each row's decode_tok_s
+        name = _pair_name(None if row["recipe"] == "fp32" else row["recipe"], row["format"])
+        if name in decode:
+            row["decode_tok_s"] = round(decode[name]["decode_tok_s"], 2)
+    results.write_text(_markdown(saved), encoding="utf-8")
+    results.with_suffix(".json").write_text(json.dumps(saved, indent=2, default=str), encoding="utf-8")
+
+
+def _saved(results: Path) -> dict[str, Any]:
+    path = results.with_suffix(".json")
+    return json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="two pairs, 16 new tokens, one round")
-    parser.add_argument("--new-tokens", type=int, default=64)
+    parser.add_argument("--quick", action="store_true", help="two pairs (agreement), 16 new tokens, one round")
+    parser.add_argument("--new-tokens", type=int, default=128)
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--pairs", default=None, help="recipe:format,... (e.g. ort-dynamic:onnx,fp32:openvino)")
+    parser.add_argument("--decode", action="store_true",
+                        help="the decode-speed rows: export the artifacts to a temporary folder, then time them")
+    parser.add_argument("--save-artifacts", type=Path, help="export and save the decode artifacts to this folder")
+    parser.add_argument("--artifacts", type=Path, help="the folder of saved decode artifacts")
+    parser.add_argument("--decode-only", action="store_true", help="time decode from --artifacts alone")
     parser.add_argument("--results", type=Path, default=HERE / "RESULTS_QUANTIZED.md")
     parser.add_argument("--render", type=Path, help="only rewrite --results from a results .json of an earlier run")
     parser.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
+    parser.add_argument("--export-child", help=argparse.SUPPRESS)
     parser.add_argument("--out", type=Path, help=argparse.SUPPRESS)
     args, _ = parser.parse_known_args(argv)  # run.py passes every benchmark's options to each
+    check_disjoint(EVAL_PROMPTS, CALIBRATION)
     if args.child:
         recipe_name, fmt = args.child
-        child(None if recipe_name == "fp32" else recipe_name, fmt, args.out, args.new_tokens, args.repeats)
+        child(None if recipe_name == "fp32" else recipe_name, fmt, args.out)
+        return 0
+    if args.export_child:
+        print(json.dumps(export_artifact(args.export_child, args.out)))
         return 0
     if args.render:
-        saved = json.loads(args.render.read_text(encoding="utf-8"))
-        args.results.write_text(_markdown(saved["rows"], saved["load"], args), encoding="utf-8")
+        _write(args.results, json.loads(args.render.read_text(encoding="utf-8")))
         return 0
     if args.quick:
         args.new_tokens, args.repeats = 16, 1
-    pairs = QUICK if args.quick else PAIRS
+    pairs = None
     if args.pairs:
         pairs = [(None if r == "fp32" else r, f) for r, f in (p.split(":") for p in args.pairs.split(","))]
-    load = " ".join(f"{x:.1f}" for x in os.getloadavg())
     results = args.results
     if args.quick and args.results == HERE / "RESULTS_QUANTIZED.md":
         results = Path(tempfile.gettempdir()) / "RESULTS_QUANTIZED.quick.md"
-    rows = []
+    if args.save_artifacts or args.decode or args.decode_only:
+        return _decode_main(args, pairs or (DECODE_PAIRS[:2] if args.quick else DECODE_PAIRS), results)
+    return _agreement_main(pairs or (QUICK if args.quick else PAIRS), results)
+
+
+def _decode_main(args: argparse.Namespace, pairs: list, results: Path) -> int:
+    if args.save_artifacts:
+        records = save_artifacts(args.save_artifacts, pairs)
+        return 1 if any("error" in r for r in records.values()) else 0
+    folder = args.artifacts
+    temporary = folder is None
+    if temporary:
+        if args.decode_only:
+            print("--decode-only needs --artifacts DIR (a folder written by --save-artifacts)", file=sys.stderr)
+            return 2
+        folder = Path(tempfile.mkdtemp(prefix="hfq-artifacts-"))
+    load_start = os.getloadavg()
+    try:
+        if not args.decode_only and temporary:
+            save_artifacts(folder, pairs)
+        report = time_decode(folder, args.repeats, args.new_tokens)
+    finally:
+        if temporary:
+            shutil.rmtree(folder, ignore_errors=True)
+    report["loads_avg"] = " / ".join("/".join(f"{x:.1f}" for x in v) for v in (load_start, os.getloadavg()))
+    saved = _saved(results)
+    saved["decode"] = report
+    _write(results, saved)
+    print("\n".join(_decode_markdown(report)))
+    failed = [n for n, r in report["exports"].items() if "error" in r]
+    return 1 if failed else 0
+
+
+def _agreement_main(pairs: list, results: Path) -> int:
+    load = " ".join(f"{x:.1f}" for x in os.getloadavg())
+    saved = _saved(results)
+    saved.update(load=load, rows=[])
     for pair in pairs:
         print(f"[bench_quantized] {pair[0] or 'fp32'} x {pair[1]} ...", flush=True)
-        row = _run_child(pair, args)
+        row = _run_child(pair)
         print(f"[bench_quantized]   {row}", flush=True)
-        rows.append(row)
-        # written after every pair: a long run interrupted still leaves what it measured
-        results.write_text(_markdown(rows, load, args), encoding="utf-8")
-        results.with_suffix(".json").write_text(json.dumps({"load": load, "rows": rows}, indent=2), encoding="utf-8")
+        saved["rows"].append(row)
+        _write(results, saved)  # after every pair: a long run interrupted still leaves what it measured
     print(f"[bench_quantized] wrote {results}")
-    failed = [r for r in rows if "error" in r]
-    low = [r for r in rows if r.get("recipe") not in ("fp32", "nncf-int4") and r.get("top1_agreement", 1) < 0.9]
+    failed = [r for r in saved["rows"] if "error" in r]
+    low = [r for r in saved["rows"] if r.get("recipe") not in ("fp32", "nncf-int4") and r.get("top1_agreement", 1) < 0.9]
     return 1 if failed or low else 0
 
 
 if __name__ == "__main__":
-    if str(HERE.parent / "src") not in sys.path:
-        sys.path.insert(0, str(HERE.parent / "src"))
+    for path in (HERE, HERE.parent / "src"):
+        if str(path) not in sys.path:
+            sys.path.insert(0, str(path))
     sys.exit(main())

@@ -43,7 +43,10 @@ def main(argv: list[str] | None = None) -> int:
     for name in BENCHES:
         if only is None or name in only:
             print(f"[bench] ===== {name} =====", flush=True)
-            status = max(status, importlib.import_module(name).main(argv))
+            # bench_quantized: its int8 decode-speed rows (the agreement table of every recipe takes hours: run
+            # `python benchmarks/bench_quantized.py` alone)
+            extra = ["--decode"] if name == "bench_quantized" else []
+            status = max(status, importlib.import_module(name).main(argv + extra))
     if "--quick" not in argv:
         print("[bench] ===== summary =====", flush=True)
         status = max(status, importlib.import_module("summary").main([]))

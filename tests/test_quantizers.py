@@ -360,6 +360,47 @@ def test_generate_kwargs_are_captured_into_one_calibration_set_per_component():
         assert torch.equal(calibration["input_ids"], sample["input_ids"])
 
 
+
+def test_a_static_multi_token_decode_calibrates_on_the_prompt_as_the_runner_feeds_it():
+    """Over a static cache, generate() gives the first forward no mask and a lazily allocated cache; the decode
+    graph that also serves the prompt is fed a 4D causal mask over the cache slots and an allocated cache: its
+    calibration sample for the prompt has the decode's inputs, the causal mask, and an empty allocated cache."""
+    import copy
+
+    import torch.utils._pytree as pytree
+
+    from hfexport.capture.caches import register_cache_classes
+    from hfexport.quantizers.calibration import capture_calibration
+
+    case = TINY_CASES["llama"]
+    model = case.build()
+    generation = copy.deepcopy(model.generation_config)
+    generation.cache_implementation, generation.max_cache_len = "static", 32
+    captured = capture_calibration(model, [case.inputs(1, 9, padded=False)], generation, multi_token_decode=True)
+    step, prompt = captured["decode"]
+    assert prompt["input_ids"].shape == (1, 9) and step["input_ids"].shape == (1, 2)
+    assert set(prompt) == set(step)
+    mask = prompt["attention_mask"]
+    assert mask.shape == (1, 1, 9, 32) and mask.dtype == step["attention_mask"].dtype
+    attended = mask if mask.dtype == torch.bool else mask == 0
+    assert torch.equal(attended[0, 0], torch.arange(32)[None, :] <= torch.arange(9)[:, None])
+    register_cache_classes()
+    leaves = [x for x in pytree.tree_leaves(prompt["past_key_values"]) if isinstance(x, torch.Tensor)]
+    step_leaves = [x for x in pytree.tree_leaves(step["past_key_values"]) if isinstance(x, torch.Tensor)]
+    assert [x.shape for x in leaves] == [x.shape for x in step_leaves]
+    assert all(not x.any() for x in leaves) and any(x.any() for x in step_leaves)  # empty; the step's is written
+
+
+def test_the_benchmark_scores_agreement_on_prompts_it_does_not_calibrate_on():
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    import bench_quantized
+
+    assert len(bench_quantized.EVAL_PROMPTS) == 4
+    bench_quantized.check_disjoint(bench_quantized.EVAL_PROMPTS, bench_quantized.CALIBRATION)
+    leaked = bench_quantized.CALIBRATION[3][:150]
+    with pytest.raises(ValueError, match="shares text with the calibration set"):
+        bench_quantized.check_disjoint([*bench_quantized.EVAL_PROMPTS, leaked], bench_quantized.CALIBRATION)
+
 def test_quantizer_workarounds_are_registered_and_undone():
     """The two upstream fixes quantizers need are registered workarounds, applied only around the library call
     (never by a trace: their ``applies`` wants the quantizer's model), and undone afterwards."""

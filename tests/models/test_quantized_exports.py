@@ -197,3 +197,28 @@ def test_openvino_int8_weight_only_stores_int8_with_per_channel_scales():
     bound = np.abs(data).sum(1, keepdims=True) * (np.abs(weight).max(1) / 254)[None, :]
     assert np.all(np.abs(got - expected) <= bound + 1e-5)
     assert not np.allclose(got, expected, atol=0, rtol=0)
+
+
+@pytest.mark.parametrize("name,fmt", [("nncf-int8", "openvino")])
+def test_static_cache_quantized_export_calibrates_and_generates(name, fmt, llama, tmp_path):
+    """The decode-speed artifact of benchmarks/bench_quantized.py: a calibrated recipe on a static cache with
+    multi-token decode (one graph serves the prompt and every step, so it calibrates on the prompts too: their
+    samples need the decode graph's mask and an allocated cache). Reloaded, its greedy tokens are eager's."""
+    import copy
+
+    case, model, sequence, calibration = llama
+    generation = copy.deepcopy(model.generation_config)
+    generation.cache_implementation, generation.max_cache_len, generation.do_sample = "static", 48, False
+    config = AutoExportConfig.from_dict({"export_format": fmt, "dynamic": True})
+    config.quantizer = recipe(name, fmt, calibration)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        exported = AutoHfExporter.from_config(config).export_for_generation(
+            model, case.inputs(1, 6, padded=False), config, generation_config=generation, multi_token_decode=True
+        )
+    exported.save_pretrained(tmp_path)
+    reloaded = ExportedModel.from_pretrained(tmp_path)
+    prompt = sequence[:, :PROMPT_LEN]
+    got = reloaded.generate(input_ids=prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=16,
+                            do_sample=False)
+    assert torch.equal(got[0, : PROMPT_LEN + 16], sequence[0, : PROMPT_LEN + 16])

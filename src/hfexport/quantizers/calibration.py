@@ -86,8 +86,39 @@ def capture_calibration(
         for name, (_, kwargs) in components.items():
             per_component.setdefault(name, []).append(kwargs)
         if multi_token_decode and _static(generation_config) and "prefill" in components and "decode" in components:
-            per_component["decode"].append(components["prefill"][1])
+            per_component["decode"].append(_as_decode_call(components["prefill"][1], components["decode"][1]))
     return per_component
+
+
+def _as_decode_call(prefill: dict[str, Any], decode: Mapping[str, Any]) -> dict[str, Any]:
+    """The prefill call's kwargs with the mask the decode graph takes: over a static cache, ``generate`` passes no
+    mask to the first forward (the model builds the causal one) but a 4D ``[batch, 1, query, cache slots]`` mask to
+    the decode steps, and the decode graph serving the prompt takes one too: the causal mask over the first slots, as
+    the runner feeds it (hfexport.generation's slot masks)."""
+    out = dict(prefill)
+    cache = decode.get("past_key_values")
+    if cache is not None and hasattr(cache, "layers"):
+        # the prefill's static cache is not allocated yet (transformers allocates it lazily, in the first forward):
+        # the decode's cache, emptied, has the layout the graph takes
+        out["past_key_values"] = cache = copy.deepcopy(cache)
+        for layer in cache.layers:
+            for value in vars(layer).values():
+                if isinstance(value, torch.Tensor):
+                    value.zero_()
+    mask, ids = decode.get("attention_mask"), out.get("input_ids")
+    if "attention_mask" in out or not isinstance(mask, torch.Tensor) or not isinstance(ids, torch.Tensor):
+        return out
+    if mask.dim() == 4:
+        query, slots = torch.arange(ids.shape[1]), torch.arange(mask.shape[-1])
+        causal = (slots[None, :] <= query[:, None]).expand(ids.shape[0], 1, -1, -1)
+        if mask.dtype == torch.bool:
+            out["attention_mask"] = causal.clone()
+        else:
+            blocked = torch.tensor(torch.finfo(mask.dtype).min, dtype=mask.dtype)
+            out["attention_mask"] = torch.where(causal, torch.zeros((), dtype=mask.dtype), blocked)
+    elif mask.dim() == 2:
+        out["attention_mask"] = torch.ones(ids.shape[:2], dtype=mask.dtype)
+    return out
 
 
 def numpy_dtype(name: str) -> Any:
