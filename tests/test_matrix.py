@@ -59,6 +59,26 @@ def test_shrunk_configs_are_tiny_and_renumber_special_tokens():
     assert 248 <= llava_next.image_token_id < 256
 
 
+def test_a_backbone_the_plain_rules_cut_below_its_out_indices_gets_a_second_try_that_keeps_them():
+    with pytest.raises(ValueError, match="out_features must be a subset of stage_names"):
+        tiny_config("grounding-dino")  # Swin backbone read at stages 2-4, cut to 2 stages by the plain rules
+    backbone = tiny_config("grounding-dino", fit=True).backbone_config
+    assert (backbone.num_layers, backbone.out_features) == (4, ["stage2", "stage3", "stage4"])
+    assert backbone.num_heads == [4, 4, 4, 4] and backbone.embed_dim == 64  # every stage width divides by 4
+    assert tiny_config("llama", fit=True).to_dict() == tiny_config("llama").to_dict()
+
+
+def test_a_model_built_on_the_second_try_runs_eagerly_and_a_width_rule_reaches_xlm():
+    import torch
+
+    swin = build_model("swinv2", "Swinv2ForImageClassification")  # plain rules: 64 wide, heads 3/6: no build
+    assert swin.config.num_heads == [4, 4, 4, 4]
+    with torch.no_grad():
+        assert swin(**sample_inputs(swin, "swinv2")).logits.shape == (2, 2)
+    xlm = build_model("xlm", "XLMWithLMHeadModel")  # its width is emb_dim (2048 by default)
+    assert xlm.config.emb_dim == 64 and sum(p.numel() for p in xlm.parameters()) < 1_000_000
+
+
 def test_a_shrunk_model_builds_small_deterministic_and_runs_on_its_sample_inputs():
     import torch
 

@@ -23,6 +23,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -55,7 +56,7 @@ def _server(backends: tuple[str, ...]) -> Any:
         return _context
 
 
-def _child(argv: list[str], result: str, log: str, threads: int | None) -> None:
+def _child(argv: list[str], result: str, log: str, threads: int | None, target: Callable[..., Any] | None) -> None:
     """The forked case: own session, stdout and stderr to ``log``, the row as JSON to ``result``."""
     os.setsid()
     fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
@@ -69,7 +70,7 @@ def _child(argv: list[str], result: str, log: str, threads: int | None) -> None:
         import torch
 
         torch.set_num_threads(threads)
-    row = worker.run_case(*argv)
+    row = (target or worker.run_case)(*argv)
     tmp = result + ".tmp"
     Path(tmp).write_text(json.dumps(row))
     os.replace(tmp, result)
@@ -101,11 +102,12 @@ def _how(code: int | None) -> str:
     return f"exited with status {code}"
 
 
-def _forked(argv: list[str], timeout: float, backends: tuple[str, ...], threads: int | None) -> Outcome:
+def _forked(argv: list[str], timeout: float, backends: tuple[str, ...], threads: int | None,
+            target: Callable[..., Any] | None) -> Outcome:
     ctx = _server(backends)
     with tempfile.TemporaryDirectory(prefix="hfexport-matrix-") as tmp:
         result, log = os.path.join(tmp, "row.json"), os.path.join(tmp, "case.log")
-        proc = ctx.Process(target=_child, args=(argv, result, log, threads), daemon=False)
+        proc = ctx.Process(target=_child, args=(argv, result, log, threads, target), daemon=False)
         start = time.perf_counter()
         proc.start()
         _live[proc.pid] = proc
@@ -158,7 +160,7 @@ def _exec(argv: list[str], timeout: float, threads: int | None) -> Outcome:
 
 
 def launch(argv: list[str], timeout: float, launcher: str = "forkserver", backends: tuple[str, ...] = (),
-           threads: int | None = None) -> Outcome:
+           threads: int | None = None, target: Callable[..., Any] | None = None) -> Outcome:
     """Run ``hfexport.matrix.worker.run_case(*argv)`` in a process of its own, killed after ``timeout`` seconds.
 
     Args:
@@ -167,9 +169,13 @@ def launch(argv: list[str], timeout: float, launcher: str = "forkserver", backen
         launcher: ``"forkserver"`` or ``"exec"`` (see the module docstring).
         backends: Backends whose modules the forkserver preloads (the first call decides, for the whole process).
         threads: Torch threads in the case (``None``: torch's default).
+        target: What the forked child calls instead of ``run_case`` (an importable function returning a JSON-able
+            dict; tests use it); ``exec`` runs ``run_case`` only.
     """
     if launcher == "forkserver":
-        return _forked(argv, timeout, tuple(backends), threads)
+        return _forked(argv, timeout, tuple(backends), threads, target)
+    if target is not None and launcher == "exec":
+        raise ValueError("the exec launcher runs hfexport.matrix.worker only; target needs the forkserver")
     if launcher == "exec":
         return _exec(argv, timeout, threads)
     raise ValueError(f"unknown launcher {launcher!r}; expected one of {', '.join(LAUNCHERS)}")

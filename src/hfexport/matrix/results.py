@@ -23,6 +23,7 @@ import datetime
 import json
 import os
 import threading
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -49,7 +50,7 @@ class Recorder:
     def __init__(self, path: Path, run: dict[str, Any]):
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self.id = run.get("id") or f"{_now()}-{os.getpid()}"
+        self.id = run.get("id") or f"{_now()}-{uuid.uuid4().hex[:6]}"  # two runs may start in one second
         self._lock = threading.Lock()
         self._count = 0
         self._write({"run": {**run, "id": self.id, "started": run.get("started") or _now()}})

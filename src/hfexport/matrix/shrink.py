@@ -7,6 +7,11 @@ small vocabulary are renumbered: pad/bos/eos/start-like ids to 0, 1, 2, ... and 
 audio tokens) from 255 down, so sampled text ids ``[3, 248)`` never hit a placeholder. Lists with one entry per
 layer (``layer_types``...) are cut to the new layer count.
 
+When the config or model built by these rules fails, :func:`build_model` tries once more with a few extra rules
+(``fit``): a backbone keeps as many layers as its ``out_indices`` read, per-stage head lists become 4 each,
+``per_layer_config`` loses the entries of removed layers; a sub-model without SDPA gets eager attention. They are
+not applied on the first try so that every config that builds with the plain rules stays as it was.
+
 :data:`OVERRIDES` holds what the rules cannot guess for a family; :data:`FROM_TINY_CASES` names the families whose
 hand-written tiny model (``hfexport.models.tiny``) is used instead, because their sample inputs must agree with the
 config (image placeholders, grids).
@@ -25,13 +30,15 @@ __all__ = ["OVERRIDES", "FROM_TINY_CASES", "tiny_config", "build_model"]
 
 HIDDEN, FFN, LAYERS, HEADS, KV_HEADS, HEAD_DIM, VOCAB = 64, 128, 2, 4, 2, 16, 256
 MAX_PARAMETERS = 30_000_000
+_LAYER_KEYS = ("num_hidden_layers", "num_layers", "n_layer", "n_layers", "num_decoder_layers", "encoder_layers",
+               "decoder_layers", "num_encoder_layers", "depth")
+_HEAD_KEYS = ("num_attention_heads", "n_head", "n_heads", "num_heads", "encoder_attention_heads",
+              "decoder_attention_heads")
 _SET = {
     **dict.fromkeys(("hidden_size", "d_model", "n_embd", "embed_dim", "dim", "out_hidden_size", "projection_dim",
-                     "word_embed_proj_dim", "hidden_dim_text"), HIDDEN),
-    **dict.fromkeys(("num_hidden_layers", "num_layers", "n_layer", "n_layers", "num_decoder_layers",
-                     "encoder_layers", "decoder_layers", "num_encoder_layers", "depth"), LAYERS),
-    **dict.fromkeys(("num_attention_heads", "n_head", "n_heads", "num_heads", "encoder_attention_heads",
-                     "decoder_attention_heads"), HEADS),
+                     "word_embed_proj_dim", "hidden_dim_text", "emb_dim", "d_latents"), HIDDEN),
+    **dict.fromkeys(_LAYER_KEYS, LAYERS),
+    **dict.fromkeys(_HEAD_KEYS, HEADS),
     **dict.fromkeys(("num_key_value_heads", "num_kv_heads", "n_kv_heads", "multi_query_group_num"), KV_HEADS),
     **dict.fromkeys(("intermediate_size", "ffn_dim", "d_ff", "n_inner", "encoder_ffn_dim", "decoder_ffn_dim",
                      "hidden_dim"), FFN),
@@ -57,6 +64,8 @@ _CAP = {
     "v_head_dim": 16,
     "state_size": 8,
     "ssm_state_size": 8,
+    "entity_vocab_size": VOCAB,
+    "num_self_attends_per_block": LAYERS,
 }
 _LOW_TOKENS = ("pad_token_id", "bos_token_id", "eos_token_id", "decoder_start_token_id", "sep_token_id",
                "cls_token_id", "unk_token_id", "mask_token_id")
@@ -110,29 +119,47 @@ def _token_ids(values: dict[str, Any], vocab: int) -> dict[str, Any]:
     return out
 
 
-def _shrunk(values: dict[str, Any], layers_before: int | None) -> dict[str, Any]:
-    """The overrides for one (sub)config, given its values (``to_dict()``) and its original layer count."""
+def _layers(values: dict[str, Any], layers_before: int | None, fit: bool) -> int:
+    """The new layer (or stage) count: :data:`LAYERS`, or with ``fit`` as many as a backbone's ``out_indices``
+    point into (a ViT backbone read at layer 12, a Swin one at its 4th stage) so its feature maps still exist."""
+    indices = values.get("out_indices")
+    if fit and layers_before and isinstance(indices, list) and indices and all(isinstance(i, int) for i in indices):
+        return min(layers_before, max(LAYERS, *indices))
+    return LAYERS
+
+
+def _shrunk(values: dict[str, Any], layers_before: int | None, fit: bool = False) -> dict[str, Any]:
+    """The overrides for one (sub)config, given its values (``to_dict()``) and its original layer count; ``fit``
+    adds the rules of the second try (:func:`build_model`)."""
     out: dict[str, Any] = {}
+    layers = _layers(values, layers_before, fit)
     for key, value in values.items():
         if isinstance(value, bool) or value is None:
             continue
-        if key in _SET and isinstance(value, int):
+        if key in _LAYER_KEYS and isinstance(value, int):
+            if value != layers:
+                out[key] = layers
+        elif key in _SET and isinstance(value, int):
             if value != _SET[key]:
                 out[key] = _SET[key]
+        elif fit and key in _HEAD_KEYS and isinstance(value, list) and value and all(isinstance(v, int) for v in value):
+            out[key] = [HEADS] * len(value)  # heads per stage (Swin): each stage's width divides by HEADS
+        elif fit and key == "per_layer_config" and isinstance(value, dict):  # entries of layers no longer there
+            out[key] = {k: v for k, v in value.items() if str(k).isdigit() and int(k) < layers}
         elif key in _CAP and isinstance(value, int) and value > _CAP[key]:
             out[key] = _CAP[key]
         elif key in _CAP and isinstance(value, list) and value and all(isinstance(v, int) for v in value):
             if any(v > _CAP[key] for v in value):  # [height, width]
                 out[key] = [min(v, _CAP[key]) for v in value]
-        elif isinstance(value, list) and layers_before and len(value) == layers_before and layers_before > LAYERS:
-            out[key] = value[:LAYERS]
+        elif isinstance(value, list) and layers_before and len(value) == layers_before and layers_before > layers:
+            out[key] = value[:layers]
     rope = values.get("rope_parameters") or values.get("rope_scaling")
     if isinstance(rope, dict) and "mrope_section" in rope:
         key = "rope_parameters" if values.get("rope_parameters") else "rope_scaling"
         out[key] = {**rope, "mrope_section": [2, 3, 3]}  # sums to HEAD_DIM // 2
     for key, value in values.items():  # nested sub-configs, e.g. the language model inside a VLM's text_config
         if isinstance(value, dict) and "model_type" in value:
-            out[key] = {**value, **_shrunk(value, _layer_count(value))}
+            out[key] = {**value, **_shrunk(value, _layer_count(value), fit)}
     vocab = min(values.get("vocab_size") or VOCAB, VOCAB) if isinstance(values.get("vocab_size"), int) else VOCAB
     out.update(_token_ids(values, vocab))
     return out
@@ -145,38 +172,65 @@ def _layer_count(values: dict[str, Any]) -> int | None:
     return None
 
 
-def tiny_config(model_type: str) -> Any:
-    """The shrunk config of ``model_type`` (defaults of its config class, then the rules, then :data:`OVERRIDES`)."""
+def tiny_config(model_type: str, fit: bool = False) -> Any:
+    """The shrunk config of ``model_type`` (defaults of its config class, then the rules, then :data:`OVERRIDES`).
+
+    ``fit`` adds rules that only the second try of :func:`build_model` uses, so that the configs that build with
+    the plain rules stay what they were: a backbone keeps as many layers as its ``out_indices`` read, per-stage
+    head lists become :data:`HEADS` each, ``per_layer_config`` entries of removed layers go.
+    """
     from transformers import CONFIG_MAPPING
 
     config_class = CONFIG_MAPPING[model_type]
     default = config_class()
     values = default.to_dict()
-    kwargs = _shrunk(values, _layer_count(values))
+    kwargs = _shrunk(values, _layer_count(values), fit)
     for key in list(vars(default)):
         sub = getattr(default, key, None)
         if _is_config(sub):
             sub_values = sub.to_dict()
-            kwargs[key] = {**sub_values, **_shrunk(sub_values, _layer_count(sub_values))}
+            kwargs[key] = {**sub_values, **_shrunk(sub_values, _layer_count(sub_values), fit)}
     kwargs.update(OVERRIDES.get(model_type, {}))
     return config_class(**kwargs)
 
 
 def build_model(model_type: str, class_name: str) -> Any:
-    """A seeded, eval-mode, fp32 tiny instance of ``class_name`` with a greedy generation config."""
-    import torch
-    import transformers
-    from transformers import GenerationConfig
+    """A seeded, eval-mode, fp32 tiny instance of ``class_name`` with a greedy generation config.
 
+    When the plain rules give a config or model that does not build, a second try adds the ``fit`` rules of
+    :func:`tiny_config`; if that fails too, its error is raised with the first one as its cause.
+    """
     if model_type in FROM_TINY_CASES:
         from ..models.tiny import tiny_model
 
         return tiny_model(FROM_TINY_CASES[model_type])
-    config = tiny_config(model_type)
-    cls = getattr(transformers, class_name)
+    import transformers
+
+    cls = getattr(transformers, class_name)  # an AttributeError here is no matter of rules: no second try
+    try:
+        return _build(cls, tiny_config(model_type))
+    except Exception as first:  # noqa: BLE001 - any failure of the plain rules gets the second try
+        try:
+            return _build(cls, tiny_config(model_type, fit=True))
+        except Exception as second:  # noqa: BLE001
+            if str(second) == str(first):
+                raise first from None
+            raise second from first
+
+
+def _build(cls: Any, config: Any) -> Any:
+    import torch
+    from transformers import GenerationConfig
+
     attn = "sdpa" if getattr(cls, "_supports_sdpa", False) else "eager"
     with torch.device("meta"):  # count first: a sub-config the rules missed can mean gigabytes
-        size = sum(p.numel() for p in cls._from_config(config, attn_implementation=attn).parameters())
+        try:
+            size = sum(p.numel() for p in cls._from_config(config, attn_implementation=attn).parameters())
+        except ValueError as e:  # a sub-model (a CNN backbone) without SDPA refuses the whole model's choice
+            if attn != "sdpa" or "does not support an attention implementation" not in str(e):
+                raise
+            attn = "eager"
+            size = sum(p.numel() for p in cls._from_config(config, attn_implementation=attn).parameters())
     if size > MAX_PARAMETERS:
         raise ValueError(f"the shrunk model still has {size / 1e6:.0f}M parameters (> {MAX_PARAMETERS / 1e6:.0f}M): "
                          "a size field the shrinking rules do not know")

@@ -36,7 +36,8 @@ def reason_of(exc: BaseException) -> str:
     """``Type: first line [component X] (models/x/modeling_x.py:123)``, then ``| cause: ...`` with the root of the
     exception chain when it is another exception (a wrapped ``ConversionError`` hides the missing op), one line."""
     root = exc
-    while (nxt := root.__cause__ or root.__context__) is not None and nxt is not root:
+    while (nxt := root.__cause__ or (None if root.__suppress_context__ else root.__context__)) is not None \
+            and nxt is not root:
         root = nxt
     text = _one(exc)
     if root is not exc:
