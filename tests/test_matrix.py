@@ -133,12 +133,12 @@ def test_a_class_that_cannot_be_built_is_cannot_build_with_the_reason():
     assert row["status"] == "cannot-build" and "LlamaForNothingAtAll" in row["reason"]
 
 
-def test_coverage_leaves_cannot_build_out_of_the_denominator_only():
+def test_coverage_leaves_out_cannot_build_and_where_eager_runs_eager_fails_too():
     rows = [{"model_type": m, "class_name": "", "task": "", "backend": "dynamo", "stage": "export", "status": s,
              "max_abs_diff": None, "export_seconds": None, "reason": ""}
             for m, s in [("a", "pass"), ("b", "fail"), ("c", "cannot-build"), ("d", "eager-fails"), ("e", "pass")]]
     cov = coverage(rows)[("dynamo", "export")]
-    assert (cov["pass"], cov["counted"], cov["percent"]) == (2, 4, 50.0)
+    assert (cov["pass"], cov["counted"], cov["percent"], cov["eager_percent"]) == (2, 4, 50.0, 66.7)
 
 
 def test_a_case_past_its_timeout_is_killed_and_reported(archs):
@@ -173,8 +173,8 @@ def test_the_cli_run_writes_csv_rows_with_real_parity_and_failure_reasons(two_ca
 def test_the_cli_run_writes_markdown_with_coverage_and_a_png_heat_map(two_case_run):
     _, out = two_case_run
     md = (out / "support-matrix.md").read_text()
-    assert "| dynamo | export | 1 | 1 | 0 | 100.0 % |" in md
-    assert "| no-such-backend | export | 0 | 1 | 0 | 0.0 % |" in md
+    assert "| dynamo | export | 1 | 1 | 0 | 100.0 % | 0 | 100.0 % |" in md
+    assert "| no-such-backend | export | 0 | 1 | 0 | 0.0 % | 0 | 0.0 % |" in md
     assert "1 of the" in md and "--backends dynamo no-such-backend" in md  # says it was a partial run, and how
     png = (out / "support-matrix.png").read_bytes()
     assert png[:8] == PNG_MAGIC and len(png) > 1000
@@ -185,4 +185,4 @@ def test_markdown_says_when_a_backend_is_not_in_this_release(tmp_path):
              "stage": "export", "status": "unavailable", "max_abs_diff": None, "export_seconds": None,
              "reason": UNAVAILABLE}]
     text = write_markdown(rows, tmp_path / "m.md").read_text()
-    assert "| openvino | export | 0 | 1 | 0 | n/a (backend not available in this release) |" in text
+    assert "| openvino | export | 0 | 1 | 0 | n/a (backend not available in this release) | 0 | n/a |" in text

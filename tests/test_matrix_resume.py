@@ -83,7 +83,7 @@ def test_a_later_run_replaces_a_case_and_report_only_regenerates_from_the_record
     gpt2 = [r for r in rows if (r["model_type"], r["stage"]) == ("gpt2", "export")]
     assert len(rows) == 5 and [r["status"] for r in gpt2] == ["pass"] and len(runs) == 2
     md = (tmp_path / "support-matrix.md").read_text()
-    assert "| dynamo | export | 3 | 3 | 0 | 100.0 % |" in md and "a fix re-run" in md
+    assert "| dynamo | export | 3 | 3 | 0 | 100.0 % | 0 | 100.0 % |" in md and "a fix re-run" in md
 
 
 def test_every_line_is_json_and_a_row_names_its_run(tmp_path):

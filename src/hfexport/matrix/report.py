@@ -26,15 +26,20 @@ _COLOURS = {"pass": "#2e7d32", "mismatch": "#f9a825", "fail": "#c62828", "timeou
             "n/a": "#ffffff"}
 
 
+_ORDER = ("dynamo", "onnx", "executorch", "openvino")
+
+
 def _columns(rows: list[dict[str, Any]]) -> list[tuple[str, str]]:
-    backends = list(dict.fromkeys(r["backend"] for r in rows))
+    seen = list(dict.fromkeys(r["backend"] for r in rows))
+    backends = [b for b in _ORDER if b in seen] + [b for b in seen if b not in _ORDER]
     stages = [s for s in ("export", "generate") if any(r["stage"] == s for r in rows)]
     return [(b, s) for b in backends for s in stages]
 
 
 def coverage(rows: Iterable[dict[str, Any]]) -> dict[tuple[str, str], dict[str, Any]]:
-    """``(backend, stage) -> {"pass", "total", "counted", "percent", "counts"}``; ``counted`` leaves out
-    ``cannot-build``, ``percent`` is ``None`` when nothing is counted or the backend is unavailable."""
+    """``(backend, stage) -> {"pass", "total", "counted", "percent", "eager_percent", "counts"}``; ``counted``
+    leaves out ``cannot-build``, ``percent`` is ``None`` when nothing is counted or the backend is unavailable;
+    ``eager_percent`` also leaves ``eager-fails`` out (cases where the matrix's inputs run eagerly)."""
     out: dict[tuple[str, str], dict[str, Any]] = {}
     rows = list(rows)
     for key in _columns(rows):
@@ -43,8 +48,10 @@ def coverage(rows: Iterable[dict[str, Any]]) -> dict[tuple[str, str], dict[str, 
         counted = len(mine) - counts["cannot-build"]
         unavailable = counts["unavailable"] == counted and counted > 0
         percent = None if not counted or unavailable else round(100.0 * counts["pass"] / counted, 1)
+        eager = counted - counts["eager-fails"]
+        eager_percent = None if not eager or unavailable else round(100.0 * counts["pass"] / eager, 1)
         out[key] = {"pass": counts["pass"], "total": len(mine), "counted": counted, "percent": percent,
-                    "counts": dict(counts)}
+                    "eager_percent": eager_percent, "counts": dict(counts)}
     return out
 
 
@@ -81,7 +88,7 @@ def write_markdown(rows: list[dict[str, Any]], path: Path, header: str = "") -> 
     """Coverage per backend and stage, a grid (one line per architecture) and every non-passing reason."""
     cols = _columns(rows)
     cov = coverage(rows)
-    archs = list(dict.fromkeys((r["model_type"], r["class_name"], r["task"]) for r in rows))
+    archs = sorted(dict.fromkeys((r["model_type"], r["class_name"], r["task"]) for r in rows))
     index = {(r["model_type"], r["backend"], r["stage"]): r for r in rows}
     lines = ["# Support matrix", ""]
     if header:
@@ -89,11 +96,15 @@ def write_markdown(rows: list[dict[str, Any]], path: Path, header: str = "") -> 
     lines += ["## Coverage", "",
               "Coverage = passing cases / cases whose tiny model could be built: `cannot-build` rows are left out "
               "of the denominator; every other status (mismatch, fail, timeout, eager-fails) counts against it.", "",
-              "| backend | stage | pass | counted | cannot-build | coverage |", "|---|---|---|---|---|---|"]
+              "Where eager runs = the same, with `eager-fails` rows (the matrix's inputs fail in eager PyTorch "
+              "too) also left out: what the backend does with what eager PyTorch runs.", "",
+              "| backend | stage | pass | counted | cannot-build | coverage | eager-fails | where eager runs |",
+              "|---|---|---|---|---|---|---|---|"]
     for (backend, stage), c in cov.items():
         pct = "n/a (backend not available in this release)" if c["percent"] is None else f"{c['percent']:.1f} %"
+        eager = "n/a" if c["eager_percent"] is None else f"{c['eager_percent']:.1f} %"
         lines.append(f"| {backend} | {stage} | {c['pass']} | {c['counted']} | "
-                     f"{c['counts'].get('cannot-build', 0)} | {pct} |")
+                     f"{c['counts'].get('cannot-build', 0)} | {pct} | {c['counts'].get('eager-fails', 0)} | {eager} |")
     status_counts = Counter(r["status"] for r in rows)
     lines += ["", "Statuses over all cases: " + ", ".join(f"{s} {status_counts[s]}" for s in STATUSES
                                                          if status_counts[s]) + ".", "",
@@ -111,7 +122,8 @@ def write_markdown(rows: list[dict[str, Any]], path: Path, header: str = "") -> 
     for model_type, class_name, task in archs:
         cells = [_cell(index.get((model_type, b, s)), s == "export" or task in GENERATIVE_TASKS) for b, s in cols]
         lines.append(f"| {model_type} | {class_name} | {task} | " + " | ".join(cells) + " |")
-    bad = [r for r in rows if r["status"] not in ("pass", "unavailable")]
+    bad = sorted((r for r in rows if r["status"] not in ("pass", "unavailable")),
+                 key=lambda r: (r["model_type"], r["backend"], r["stage"]))
     if bad:
         lines += ["", "## Reasons", "", "| model_type | backend | stage | status | reason |", "|---|---|---|---|---|"]
         for r in bad:
@@ -122,8 +134,10 @@ def write_markdown(rows: list[dict[str, Any]], path: Path, header: str = "") -> 
     return path
 
 
-def write_heatmap(rows: list[dict[str, Any]], path: Path, title: str = "hfexport support matrix") -> Path:
-    """One row per architecture, one column per backend and stage, coloured by status (white: not applicable)."""
+def write_heatmap(rows: list[dict[str, Any]], path: Path, title: str = "hfexport support matrix",
+                  per_panel: int = 160) -> Path:
+    """One row per architecture (sorted, in panels of ``per_panel`` side by side), one column per backend and stage,
+    coloured by status (white: not applicable; light blue: not run)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -132,7 +146,7 @@ def write_heatmap(rows: list[dict[str, Any]], path: Path, title: str = "hfexport
     from matplotlib.patches import Patch
 
     cols = _columns(rows)
-    archs = list(dict.fromkeys(r["model_type"] for r in rows))
+    archs = sorted({r["model_type"] for r in rows})
     generative = {r["model_type"] for r in rows if r.get("task") in GENERATIVE_TASKS}
     names = list(_COLOURS)
     index = {(r["model_type"], r["backend"], r["stage"]): r["status"] for r in rows}
@@ -140,21 +154,25 @@ def write_heatmap(rows: list[dict[str, Any]], path: Path, title: str = "hfexport
     def status(a: str, b: str, s: str) -> str:
         return index.get((a, b, s), "not run" if s == "export" or a in generative else "n/a")
 
-    grid = [[names.index(status(a, b, s)) for b, s in cols] for a in archs]
     cov = coverage(rows)
     labels = [f"{b}\n{s}\n{'n/a' if cov[(b, s)]['percent'] is None else str(cov[(b, s)]['percent']) + ' %'}"
               for b, s in cols]
-    height = max(3.0, 0.16 * len(archs) + 1.8)
-    fig, ax = plt.subplots(figsize=(2.0 + 1.1 * len(cols), height))
-    ax.imshow(grid, cmap=ListedColormap([_COLOURS[n] for n in names]), vmin=0, vmax=len(names) - 1,
-              aspect="auto", interpolation="nearest")
-    ax.set_xticks(range(len(cols)), labels, fontsize=7)
-    ax.xaxis.tick_top()
-    ax.set_yticks(range(len(archs)), archs, fontsize=6)
-    ax.set_title(title, fontsize=9, pad=28)
+    panels = [archs[i:i + per_panel] for i in range(0, len(archs), per_panel)] or [[]]
+    tallest = max(len(p) for p in panels)
+    fig, axes = plt.subplots(1, len(panels), squeeze=False,
+                             figsize=((1.6 + 0.55 * len(cols)) * len(panels) + 1.6, max(3.0, 0.13 * tallest + 1.8)))
+    cmap = ListedColormap([_COLOURS[n] for n in names])
+    for ax, panel in zip(axes[0], panels):
+        grid = [[names.index(status(a, b, s)) for b, s in cols] for a in panel]
+        grid += [[names.index("n/a")] * len(cols)] * (tallest - len(panel))  # equal heights, blank tail
+        ax.imshow(grid, cmap=cmap, vmin=0, vmax=len(names) - 1, aspect="auto", interpolation="nearest")
+        ax.set_xticks(range(len(cols)), labels, fontsize=6)
+        ax.xaxis.tick_top()
+        ax.set_yticks(range(len(panel)), panel, fontsize=5)
+    fig.suptitle(f"{title}: {len(archs)} architectures (coverage = pass / buildable cases run)", fontsize=9)
     used = sorted({status(a, b, s) for a in archs for b, s in cols}, key=names.index)
-    ax.legend(handles=[Patch(facecolor=_COLOURS[n], edgecolor="black", label=n) for n in used],
-              loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=7, frameon=False)
+    axes[0][-1].legend(handles=[Patch(facecolor=_COLOURS[n], edgecolor="black", label=n) for n in used],
+                       loc="upper left", bbox_to_anchor=(1.02, 1.0), fontsize=7, frameon=False)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=90)
