@@ -12,7 +12,7 @@ from hfexport.matrix import Case, discover, run_matrix
 from hfexport.matrix.inputs import sample_inputs
 from hfexport.matrix.report import coverage, write_markdown
 from hfexport.matrix.shrink import build_model, tiny_config
-from hfexport.matrix.worker import UNAVAILABLE, run_case
+from hfexport.matrix.worker import UNAVAILABLE, no_inputs, run_case
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -133,12 +133,25 @@ def test_a_class_that_cannot_be_built_is_cannot_build_with_the_reason():
     assert row["status"] == "cannot-build" and "LlamaForNothingAtAll" in row["reason"]
 
 
-def test_coverage_leaves_out_cannot_build_and_where_eager_runs_eager_fails_too():
+def test_coverage_leaves_out_cannot_build_and_where_inputs_work_also_the_matrix_gaps():
     rows = [{"model_type": m, "class_name": "", "task": "", "backend": "dynamo", "stage": "export", "status": s,
              "max_abs_diff": None, "export_seconds": None, "reason": ""}
-            for m, s in [("a", "pass"), ("b", "fail"), ("c", "cannot-build"), ("d", "eager-fails"), ("e", "pass")]]
+            for m, s in [("a", "pass"), ("b", "fail"), ("c", "cannot-build"), ("d", "eager-fails"), ("e", "pass"),
+                         ("f", "no-inputs")]]
     cov = coverage(rows)[("dynamo", "export")]
-    assert (cov["pass"], cov["counted"], cov["percent"], cov["eager_percent"]) == (2, 4, 50.0, 66.7)
+    assert (cov["pass"], cov["counted"], cov["percent"], cov["eager_percent"]) == (2, 5, 40.0, 66.7)
+
+
+@pytest.mark.parametrize("reason,gap", [
+    ("matrix: no sample-input recipe for the main input 'states'", True),
+    ("ValueError: AriaForConditionalGeneration(**inputs) did not call ['image_encoder']; check that the inputs hold "
+     "what those parts take (inputs: ['attention_mask', 'input_ids', 'use_cache']) (capture/multimodal.py:310)", True),
+    ("ValueError: LlavaForConditionalGeneration(**inputs) did not call ['image_encoder']; check that the inputs hold "
+     "what those parts take (inputs: ['input_ids', 'pixel_values']) (capture/multimodal.py:310)", False),
+    ("ExportError: export of component 'model' failed: GuardOnDataDependentSymNode", False),
+])
+def test_only_the_matrix_own_input_gaps_are_no_inputs(reason, gap):
+    assert no_inputs(reason) is gap
 
 
 def test_a_case_past_its_timeout_is_killed_and_reported(archs):

@@ -20,9 +20,9 @@ __all__ = ["FIELDS", "STATUSES", "coverage", "read_csv", "write_csv", "write_mar
 
 FIELDS = ("model_type", "class_name", "task", "backend", "stage", "status", "max_abs_diff", "mismatched_tokens",
           "export_seconds", "wall_seconds", "reason")
-STATUSES = ("pass", "mismatch", "fail", "timeout", "eager-fails", "cannot-build", "unavailable")
+STATUSES = ("pass", "mismatch", "fail", "timeout", "eager-fails", "no-inputs", "cannot-build", "unavailable")
 _COLOURS = {"pass": "#2e7d32", "mismatch": "#f9a825", "fail": "#c62828", "timeout": "#6a1b9a",
-            "eager-fails": "#8d6e63", "cannot-build": "#9e9e9e", "unavailable": "#e0e0e0", "not run": "#cfe3f3",
+            "eager-fails": "#8d6e63", "no-inputs": "#bcaaa4", "cannot-build": "#9e9e9e", "unavailable": "#e0e0e0", "not run": "#cfe3f3",
             "n/a": "#ffffff"}
 
 
@@ -39,7 +39,7 @@ def _columns(rows: list[dict[str, Any]]) -> list[tuple[str, str]]:
 def coverage(rows: Iterable[dict[str, Any]]) -> dict[tuple[str, str], dict[str, Any]]:
     """``(backend, stage) -> {"pass", "total", "counted", "percent", "eager_percent", "counts"}``; ``counted``
     leaves out ``cannot-build``, ``percent`` is ``None`` when nothing is counted or the backend is unavailable;
-    ``eager_percent`` also leaves ``eager-fails`` out (cases where the matrix's inputs run eagerly)."""
+    ``eager_percent`` also leaves ``eager-fails`` and ``no-inputs`` out (cases the matrix's inputs exercise)."""
     out: dict[tuple[str, str], dict[str, Any]] = {}
     rows = list(rows)
     for key in _columns(rows):
@@ -48,7 +48,7 @@ def coverage(rows: Iterable[dict[str, Any]]) -> dict[tuple[str, str], dict[str, 
         counted = len(mine) - counts["cannot-build"]
         unavailable = counts["unavailable"] == counted and counted > 0
         percent = None if not counted or unavailable else round(100.0 * counts["pass"] / counted, 1)
-        eager = counted - counts["eager-fails"]
+        eager = counted - counts["eager-fails"] - counts["no-inputs"]
         eager_percent = None if not eager or unavailable else round(100.0 * counts["pass"] / eager, 1)
         out[key] = {"pass": counts["pass"], "total": len(mine), "counted": counted, "percent": percent,
                     "eager_percent": eager_percent, "counts": dict(counts)}
@@ -96,15 +96,18 @@ def write_markdown(rows: list[dict[str, Any]], path: Path, header: str = "") -> 
     lines += ["## Coverage", "",
               "Coverage = passing cases / cases whose tiny model could be built: `cannot-build` rows are left out "
               "of the denominator; every other status (mismatch, fail, timeout, eager-fails) counts against it.", "",
-              "Where eager runs = the same, with `eager-fails` rows (the matrix's inputs fail in eager PyTorch "
-              "too) also left out: what the backend does with what eager PyTorch runs.", "",
-              "| backend | stage | pass | counted | cannot-build | coverage | eager-fails | where eager runs |",
+              "Where inputs work = the same, with `eager-fails` (the matrix's inputs fail in eager PyTorch too) and "
+              "`no-inputs` rows (the matrix has no inputs that exercise the model) also left out: what the backend "
+              "does with what the matrix can test.", "",
+              "| backend | stage | pass | counted | cannot-build | coverage | eager-fails + no-inputs | "
+              "where inputs work |",
               "|---|---|---|---|---|---|---|---|"]
     for (backend, stage), c in cov.items():
         pct = "n/a (backend not available in this release)" if c["percent"] is None else f"{c['percent']:.1f} %"
         eager = "n/a" if c["eager_percent"] is None else f"{c['eager_percent']:.1f} %"
         lines.append(f"| {backend} | {stage} | {c['pass']} | {c['counted']} | "
-                     f"{c['counts'].get('cannot-build', 0)} | {pct} | {c['counts'].get('eager-fails', 0)} | {eager} |")
+                     f"{c['counts'].get('cannot-build', 0)} | {pct} | "
+                     f"{c['counts'].get('eager-fails', 0) + c['counts'].get('no-inputs', 0)} | {eager} |")
     status_counts = Counter(r["status"] for r in rows)
     lines += ["", "Statuses over all cases: " + ", ".join(f"{s} {status_counts[s]}" for s in STATUSES
                                                          if status_counts[s]) + ".", "",
@@ -113,8 +116,11 @@ def write_markdown(rows: list[dict[str, Any]], path: Path, header: str = "") -> 
               "sample inputs do not run even in eager PyTorch (a gap of the matrix, not of the backend). "
               "Image-text-to-text models get one image per row and its placeholder tokens where pixels and an "
               "image-token id are all they need (Qwen2-VL and LLaVA use the hand-written tiny inputs of "
-              "`hfexport.models.tiny`); the others get text only, so their `generate` stage fails where the "
-              "decomposition needs the vision tower to run.", "", "![heat map](support-matrix.png)", "",
+              "`hfexport.models.tiny`); the others get text only, and where the generation capture then sees the "
+              "vision or audio tower never called the row is `no-inputs` (as when the matrix has no recipe for a "
+              "model's main input): a gap of the matrix, not of the backend. `cannot-build` = the matrix cannot "
+              "shrink or build the tiny model (missing package such as timm, a size field its rules miss, a "
+              "config validator they break).", "", "![heat map](support-matrix.png)", "",
               "## Grid", "", "Cells: status, max abs diff vs eager (export), export seconds; `—`: the stage does not apply "
               "(not generative); `not run`: no run of this backend covered the architecture.", "",
               "| model_type | class | task | " + " | ".join(f"{b} {s}" for b, s in cols) + " |",

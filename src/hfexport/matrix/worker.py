@@ -8,6 +8,8 @@ Prints exactly one JSON line on stdout (anything the model prints goes to stderr
 - ``fail``: the export or its run raised (``reason`` = exception type, first line, component and the innermost
   transformers source line when known);
 - ``eager-fails``: the tiny model runs not even eagerly on the matrix's inputs (a gap of the matrix's recipes);
+- ``no-inputs``: the matrix has no inputs that exercise the model (no recipe for its main input, or an image/audio
+  model given text only, so the capture sees its encoder never called): a gap of the matrix, see :func:`no_inputs`;
 - ``cannot-build``: the tiny config or model cannot be built (missing package, remote code, rules that do not fit);
 - ``unavailable``: the backend is not part of this hfexport release.
 
@@ -24,12 +26,25 @@ import time
 import traceback
 from typing import Any
 
-__all__ = ["TOLERANCES", "NEW_TOKENS", "run_case", "main"]
+__all__ = ["TOLERANCES", "NEW_TOKENS", "no_inputs", "run_case", "main"]
 
 TOLERANCES = {"dynamo": 1e-4, "onnx": 1e-4, "executorch": 1e-3, "openvino": 1e-3}
 NEW_TOKENS = 8
 MEMORY_GIB = 8
 UNAVAILABLE = "backend not available in this release"
+
+
+_MEDIA_INPUTS = ("pixel_values", "pixel_values_videos", "input_features", "input_values")
+
+
+def no_inputs(reason: str) -> bool:
+    """Whether a failure ``reason`` is the matrix's own gap rather than the backend's: ``NoInputRecipe``
+    (``matrix: ...``), or the multimodal capture's "did not call [encoder]" with inputs that hold no image, video or
+    audio (the matrix gave text only; the full input list is part of that message)."""
+    if reason.startswith("matrix: "):
+        return True
+    return ("did not call [" in reason and "(inputs: [" in reason and "(capture/multimodal.py:" in reason
+            and not any(f"'{k}'" in reason for k in _MEDIA_INPUTS))
 
 
 def reason_of(exc: BaseException) -> str:
@@ -168,6 +183,8 @@ def run_case(model_type: str, class_name: str, task: str, backend: str, stage: s
         result.update(status="fail", reason=f"matrix: {e}")
     except Exception as e:  # noqa: BLE001
         result.update(status="fail", reason=reason_of(e))
+    if result["status"] == "fail" and no_inputs(result["reason"]):
+        result["status"] = "no-inputs"
     return result
 
 
