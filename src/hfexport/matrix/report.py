@@ -165,8 +165,9 @@ def write_heatmap(rows: list[dict[str, Any]], path: Path, title: str = "hfexport
               for b, s in cols]
     panels = [archs[i:i + per_panel] for i in range(0, len(archs), per_panel)] or [[]]
     tallest = max(len(p) for p in panels)
+    height = max(3.0, 0.13 * tallest + 1.8)
     fig, axes = plt.subplots(1, len(panels), squeeze=False,
-                             figsize=((1.6 + 0.55 * len(cols)) * len(panels) + 1.6, max(3.0, 0.13 * tallest + 1.8)))
+                             figsize=((1.6 + 0.55 * len(cols)) * len(panels) + 1.6, height))
     cmap = ListedColormap([_COLOURS[n] for n in names])
     for ax, panel in zip(axes[0], panels):
         grid = [[names.index(status(a, b, s)) for b, s in cols] for a in panel]
@@ -179,7 +180,7 @@ def write_heatmap(rows: list[dict[str, Any]], path: Path, title: str = "hfexport
     used = sorted({status(a, b, s) for a in archs for b, s in cols}, key=names.index)
     axes[0][-1].legend(handles=[Patch(facecolor=_COLOURS[n], edgecolor="black", label=n) for n in used],
                        loc="upper left", bbox_to_anchor=(1.02, 1.0), fontsize=7, frameon=False)
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0, 1, 1 - 0.4 / height))  # the title above the column labels
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=90)
     plt.close(fig)
