@@ -18,10 +18,12 @@ from ...capture.shapes import auto_dynamic_shapes
 from ...configs import ExecutorchConfig, ExportFormat
 from ...exporter import HfExporter
 from ...metadata import ExportMetadata
+from .custom_sdpa import CUSTOM_OPS_STATE, CustomOpsUnsupported, custom_ops_unsupported, llama_custom_ops, record_state_layout
 from .layout import record_program_outputs
 from .lowering import lower
 from .state import FoldedState, fold_cache_state, keeps_cache_state
 from .targets import target_for
+from .weights import data_path, has_tied_weights, write_data
 
 __all__ = ["ExecutorchExporter"]
 
@@ -59,6 +61,7 @@ class ExecutorchExporter(HfExporter):
         stateful = keeps_cache_state(config, sample_inputs)
         if stateful:
             config = _with_static_cache_shapes(config, sample_inputs, force=True)  # a buffer has a fixed size
+        external = config.backend == "xnnpack" and has_tied_weights(model)  # a tied weight stored once, in a .ptd
         quantizer = config.quantizer
         if quantizer is not None:
             quantizer.validate_environment(self.export_format)
@@ -72,12 +75,32 @@ class ExecutorchExporter(HfExporter):
             if quantizer is not None:
                 program = quantizer.quantize(program, sample_inputs, self.export_format)
             timings["trace"] = time.perf_counter() - start
-            kept, state = fold_cache_state(program, sample_inputs) if stateful else (program, None)
+            kept, state = fold_cache_state(program, sample_inputs, *leaves) if stateful else (program, None)
             folded.append(state)
-            lowered.append(lower(kept, config, target, model, timings))
+            lowered.append(lower(kept, config, target, model, timings, external=external))
             return program
 
-        _, metadata = self.trace(model, _contiguous(sample_inputs), config, packages=_PACKAGES, transform=convert)
+        reason = custom_ops_unsupported(model, sample_inputs, config) if stateful else "the cache is not kept as state"
+        metadata = None
+        leaves: list[tuple[str, ...]] = []
+        if reason is None:
+            try:
+                leaves.append(CUSTOM_OPS_STATE)
+                with llama_custom_ops(sample_inputs) as traced:
+                    _, metadata = self.trace(model, _contiguous(traced), config, packages=_PACKAGES, transform=convert)
+                record_state_layout(metadata)
+            except Exception as e:  # noqa: BLE001 - only an attention the kernels cannot express falls back
+                unsupported = _cause(e, CustomOpsUnsupported)
+                if unsupported is None:
+                    raise
+                reason, metadata = str(unsupported), None
+                lowered.clear()
+                folded.clear()
+                leaves.clear()
+                start = time.perf_counter()
+        if metadata is None:
+            logger.info("ExecuTorch: SDPA attention over the whole cache (no llama custom ops: %s)", reason)
+            _, metadata = self.trace(model, _contiguous(sample_inputs), config, packages=_PACKAGES, transform=convert)
         record_program_outputs(lowered[0], metadata, state=folded[0])
         self.phase_timings.append(timings)
         return lowered[0], metadata
@@ -93,16 +116,29 @@ class ExecutorchExporter(HfExporter):
         if source is not None:
             if Path(source).resolve() != Path(path).resolve():
                 shutil.copyfile(source, path)
+                if data_path(source).exists():
+                    shutil.copyfile(data_path(source), data_path(path))
             return
         with open(path, "wb") as file:
             program.write_to_file(file)
+        write_data(program, path)
+
+    def save_programs(self, programs: Mapping[str, Any], directory: Path) -> dict[str, list[str]]:
+        """As the default, plus each program's ``.ptd`` (its weights, when stored outside the ``.pte``)."""
+        files = super().save_programs(programs, directory)
+        for names in files.values():
+            ptd = data_path(names[0]).name
+            if (Path(directory) / ptd).exists() and ptd not in names:
+                names.append(ptd)
+        return files
 
     def load_program(self, path: str | Path) -> Any:
         """The ``.pte`` as an ``executorch.runtime.Program`` (the spec's contract: the export-time
         ``ExecutorchProgramManager`` cannot be rebuilt from the file). It keeps its path, to be saved again."""
         from executorch.runtime import Runtime
 
-        program = Runtime.get().load_program(Path(path))
+        data = data_path(path)
+        program = Runtime.get().load_program(Path(path), data_path=data if data.exists() else None)
         program.hfexport_path = str(path)
         return program
 
@@ -139,6 +175,18 @@ def _all_static(spec: Any) -> Any:
         return {k: _all_static(v) for k, v in spec.items()}
     if isinstance(spec, list | tuple):
         return type(spec)(_all_static(v) for v in spec)
+    return None
+
+
+def _cause(error: BaseException, kind: type) -> BaseException | None:
+    """``error`` or the first exception of ``kind`` in its cause/context chain (torch.export wraps what the model
+    raised)."""
+    seen = set()
+    while error is not None and id(error) not in seen:
+        if isinstance(error, kind):
+            return error
+        seen.add(id(error))
+        error = error.__cause__ or error.__context__
     return None
 
 

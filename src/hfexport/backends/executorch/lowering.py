@@ -17,14 +17,16 @@ import torch
 from ...configs import ExecutorchConfig
 from .bounds import cap_dynamic_dims
 from .targets import Target
+from .weights import DATA_TAG, tag_weights_external
 
 __all__ = ["lower", "backend_config"]
 
 logger = logging.getLogger(__name__)
 
 
-def backend_config(config: ExecutorchConfig) -> Any:
-    """The ``ExecutorchBackendConfig`` of ``to_executorch``: a memory-planning pass with the config's alloc flags."""
+def backend_config(config: ExecutorchConfig, external: bool = False) -> Any:
+    """The ``ExecutorchBackendConfig`` of ``to_executorch``: a memory-planning pass with the config's alloc flags;
+    ``external``: every program constant to the ``.ptd`` (see :mod:`.weights`)."""
     from executorch.exir import ExecutorchBackendConfig
     from executorch.exir.passes import MemoryPlanningPass
 
@@ -35,18 +37,22 @@ def backend_config(config: ExecutorchConfig) -> Any:
             alloc_mutable_buffers=config.alloc_mutable_buffers,
         ),
         emit_mutable_buffer_names=True,  # a cache kept as state is reached by name (Method.get_attribute)
+        external_constants=(lambda node: DATA_TAG) if external else False,
     )
 
 
 def lower(
     program: torch.export.ExportedProgram, config: ExecutorchConfig, target: Target, model: Any,
-    timings: dict[str, float] | None = None,
+    timings: dict[str, float] | None = None, external: bool = False,
 ) -> Any:
-    """Lower a traced program for ``target`` and build its ``ExecutorchProgramManager``."""
+    """Lower a traced program for ``target`` and build its ``ExecutorchProgramManager``; ``external``: its weights
+    in one ``.ptd`` (a tied weight stored once, see :mod:`.weights`)."""
     from executorch.exir import to_edge_transform_and_lower
 
     timings = {} if timings is None else timings
     cap_dynamic_dims(program)
+    if external:
+        tag_weights_external(program)
     start = time.perf_counter()
     edge = to_edge_transform_and_lower(
         program,
@@ -56,7 +62,7 @@ def lower(
     )
     timings["to_edge_and_lower"] = time.perf_counter() - start
     start = time.perf_counter()
-    manager = edge.to_executorch(config=backend_config(config))
+    manager = edge.to_executorch(config=backend_config(config, external))
     timings["to_executorch"] = time.perf_counter() - start
     logger.info("ExecuTorch lowering (%s): %s", target.name, ", ".join(f"{k} {v:.1f}s" for k, v in timings.items()))
     return manager

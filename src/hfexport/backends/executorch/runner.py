@@ -24,6 +24,7 @@ from ...configs import ExportFormat
 from ...errors import UnsupportedError
 from ...metadata import ExportMetadata, IORole
 from ...runner import ModelRunner, torch_single_thread
+from .custom_sdpa import register_llama_kernels
 
 __all__ = ["ExecutorchRunner", "runtime_program", "torch_single_thread"]
 
@@ -33,11 +34,13 @@ def runtime_program(program: Any) -> Any:
     kept on it) or of a program :meth:`ExecutorchExporter.load_program` read back."""
     from executorch.runtime import Program, Runtime
 
+    from .weights import temporary_data
+
     if isinstance(program, Program):
         return program
     loaded = getattr(program, "_hfexport_runtime_program", None)
     if loaded is None:
-        loaded = Runtime.get().load_program(program.buffer)
+        loaded = Runtime.get().load_program(program.buffer, data_path=temporary_data(program))
         program._hfexport_runtime_program = loaded
     return loaded
 
@@ -67,6 +70,8 @@ class ExecutorchRunner(ModelRunner):
             )
         self.program = program
         self.method_name = method
+        if _uses_llama_kernels(metadata):
+            register_llama_kernels()  # the method's llama::update_cache / custom_sdpa kernels, before loading it
         self.method = runtime_program(program).load_method(method)
         self._binding = getattr(self.method, "_method", self.method)  # the pybinding's method under the wrapper
         # output index (program order) -> input index whose new value it is (a cache the program updates)
@@ -86,6 +91,13 @@ class ExecutorchRunner(ModelRunner):
         self._state = {i: s.target for i, s in enumerate(metadata.inputs) if s.role is IORole.STATE}
         self._fed = [i for i, s in enumerate(metadata.inputs) if s.role is not IORole.STATE]
         self._cache_key = next((k for k, v in metadata.kwargs.items() if v.get("kind") == "cache"), None)
+        # "bshd": the program keeps each cache tensor as [batch, seq, heads, dim] (the llama custom ops' layout,
+        # see .custom_sdpa), the caller's cache is [batch, heads, seq, dim]
+        self._bshd = self._cache_key is not None and metadata.kwargs[self._cache_key].get("state_layout") == "bshd"
+        # write counters kept in the program too (the custom-op path): copied back into the caller's cache after
+        # each call, so its counters follow the program's as on the other paths
+        self._counters = [i for i in self._state if metadata.inputs[i].name.endswith(".cumulative_length")]
+        self._counter_buffers: list[torch.Tensor] | None = None
         self._handle: Any = None
         self._with_handle = self._plan_handle_output() if self._state else None
 
@@ -105,7 +117,10 @@ class ExecutorchRunner(ModelRunner):
     def state(self) -> dict[str, torch.Tensor]:
         """The live cache tensors kept in the method, by input name (copies)."""
         names = self.metadata.inputs
-        return {names[i].name: self._buffer(name).clone() for i, name in self._state.items()}
+        return {names[i].name: self._caller_layout(self._buffer(name)).clone() for i, name in self._state.items()}
+
+    def _caller_layout(self, buffer: torch.Tensor) -> torch.Tensor:
+        return buffer.transpose(1, 2) if self._bshd and buffer.dim() == 4 else buffer
 
     def _buffer(self, name: str) -> torch.Tensor:
         """The method's mutable buffer ``name``: a tensor over the method's own memory (writes land in the state)."""
@@ -113,7 +128,7 @@ class ExecutorchRunner(ModelRunner):
 
     def _load_state(self, leaves: list[torch.Tensor]) -> None:
         for index, name in self._state.items():
-            self._buffer(name).copy_(leaves[index])
+            self._caller_layout(self._buffer(name)).copy_(leaves[index])
 
     # --- calling ------------------------------------------------------------------------------------------------
 
@@ -124,11 +139,17 @@ class ExecutorchRunner(ModelRunner):
         if self._with_handle is None or cache is None:
             raise UnsupportedError(f"this export keeps its cache inside the program; pass {self._cache_key!r}")
         leaves = self.cast_inputs(self.flat_leaves(inputs), copy=not share_inputs)
+        if self._bshd:
+            _check_unpadded(inputs)
         with torch_single_thread():
             if cache is not self._handle:
                 self._load_state(leaves)  # a new sequence: start from the caller's cache
             self._handle = cache
             outputs = self._run_flat(leaves)
+            if self._counters:
+                if self._counter_buffers is None:  # tensors over the method's memory: fetched once
+                    self._counter_buffers = [self._buffer(self._state[i]) for i in self._counters]
+                torch._foreach_copy_([leaves[i] for i in self._counters], self._counter_buffers)
         reduced, start, count = self._with_handle
         user = iter(outputs[len(outputs) - len(self.metadata.user_outputs):])
         out_leaves: list[Any] = []
@@ -183,3 +204,19 @@ class ExecutorchRunner(ModelRunner):
         for out_index, in_index in self._aliases.items():
             outputs[out_index] = inputs[in_index]
         return outputs
+
+
+def _uses_llama_kernels(metadata: ExportMetadata) -> bool:
+    return any(v.get("state_layout") == "bshd" for v in metadata.kwargs.values())
+
+
+def _check_unpadded(inputs: dict[str, Any]) -> None:
+    """The llama custom ops attend causally to every written slot: a padding mask cannot be honoured."""
+    from .custom_sdpa import unpadded_causal
+
+    if not unpadded_causal(inputs.get("attention_mask")):
+        raise UnsupportedError(
+            "this export attends with ExecuTorch's llama::custom_sdpa (causal, no padding mask; taken for a batch-1 "
+            "unpadded sample), and this attention_mask pads or is not causal; export with a padded batch sample for "
+            "the SDPA path"
+        )

@@ -12,7 +12,8 @@ which stands for the state (see :class:`~.runner.ExecutorchRunner`). Each buffer
 ``Method.get_attribute`` (to load a new sequence's cache, or to read the state back).
 
 The cache's write counters (``cumulative_length``) stay inputs: they are scalars, and the caller's cache object
-keeps counting, so a fresh cache (counter 0) starts a new sequence.
+keeps counting, so a fresh cache (counter 0) starts a new sequence. On the llama custom-op path (.custom_sdpa) they
+are kept as state too, and the runner copies them back into the caller's cache after each call.
 """
 
 from __future__ import annotations
@@ -58,10 +59,12 @@ class FoldedState:
 
 
 def fold_cache_state(
-    program: torch.export.ExportedProgram, inputs: Mapping[str, Any]
+    program: torch.export.ExportedProgram, inputs: Mapping[str, Any], leaves: tuple[str, ...] = _STATE_LEAVES
 ) -> tuple[torch.export.ExportedProgram, FoldedState | None]:
     """A copy of ``program`` whose static-cache keys/values inputs (updated in place) are mutable buffers, and what
-    was folded; ``(program, None)`` when there is nothing to fold."""
+    was folded; ``(program, None)`` when there is nothing to fold. ``leaves``: the cache leaves folded (the write
+    counters too on the custom-op path: ``to_executorch`` misnumbers a user-input mutation beside a buffer updated by
+    ``llama::update_cache``, see .custom_sdpa)."""
     caches = {k for k, v in inputs.items() if is_cache(v)}
     signature = program.graph_signature
     user_specs = [s for s in signature.input_specs if s.kind == InputKind.USER_INPUT]
@@ -73,7 +76,7 @@ def fold_cache_state(
     for index, spec in enumerate(user_specs):
         # torch.export keeps the cache write as an in-place op (index_copy_) on the placeholder; a functionalised
         # program lists it as a USER_INPUT_MUTATION instead
-        if in_cache[index] and spec.arg.name.rsplit("_", 1)[-1] in _STATE_LEAVES:
+        if in_cache[index] and any(spec.arg.name.endswith(f"_{leaf}") for leaf in leaves):
             folded[index] = spec.arg.name
     if not folded:
         return program, None
