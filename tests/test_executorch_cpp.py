@@ -1,5 +1,6 @@
 """The C++ zero-copy decode loop (examples/executorch_cpp) builds against the executorch wheel and, run on a tiny
-Llama static-cache export, writes exactly eager PyTorch's greedy tokens.
+Llama static-cache export with tied embedding / lm_head (its weights in decode.ptd), writes exactly eager
+PyTorch's greedy tokens.
 
 The export uses the spec's zero-copy config (``alloc_graph_input=False``, ``alloc_graph_output=False``,
 ``alloc_mutable_buffers=False``); the loop binds each mutated cache output onto its input buffer.
@@ -66,6 +67,8 @@ def zero_copy_export(tmp_path_factory):
 
     case = TINY_CASES["llama"]
     model = case.build()
+    model.config.tie_word_embeddings = True  # tied: the weights go to decode.ptd, which the loop loads too
+    model.lm_head.weight = model.model.embed_tokens.weight
     gen = copy.deepcopy(model.generation_config)
     gen.do_sample, gen.cache_implementation, gen.max_cache_len = False, "static", CACHE_LEN
     query = torch.export.Dim("query", min=1, max=CACHE_LEN)
@@ -94,6 +97,7 @@ def _layout(metadata) -> list[str]:
 
 def test_cpp_decode_loop_writes_eager_greedy_tokens(binary, zero_copy_export):
     model, exported, pte = zero_copy_export
+    assert pte.with_suffix(".ptd").exists(), "a tied model's weights are stored once, in decode.ptd"
     metadata = exported.components["decode"].metadata
     assert sum(s.role is IORole.MUTATION for s in metadata.outputs) == 6  # K, V, counter of both layers, in place
     prompt = TINY_CASES["llama"].inputs(1, 7, padded=False)["input_ids"]

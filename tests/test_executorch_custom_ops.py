@@ -168,3 +168,42 @@ def test_where_the_kernels_cannot_express_it_the_export_keeps_the_sdpa_path(chan
         return
     found = custom_ops_unsupported(model, inputs, config)
     assert found is not None and reason in found, found
+
+
+def test_the_capture_attention_matches_eager_and_refuses_what_it_cannot_express():
+    """The attention and cache update used while tracing, run eagerly (the kernels' ATen ops): the same logits as
+    transformers' SDPA over a StaticCache; an attention whose keys are not the cache's raises CustomOpsUnsupported
+    (the exporter then traces the SDPA path)."""
+    from transformers import StaticCache
+    from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+
+    from hfexport.backends.executorch.custom_sdpa import CustomOpsUnsupported, llama_custom_ops
+
+    model = TINY_CASES["llama"].build()
+    ids = TINY_CASES["llama"].inputs(1, 7, padded=False)["input_ids"]
+    config = model.config
+    head_dim = config.hidden_size // config.num_attention_heads
+
+    def cache():
+        made = StaticCache(config=config, max_cache_len=CACHE_LEN)
+        made.early_initialization(1, config.num_key_value_heads, head_dim, torch.float32, "cpu")
+        return made
+
+    eager_cache = cache()
+    with torch.no_grad():
+        expected = [model(input_ids=ids, past_key_values=eager_cache).logits,
+                    model(input_ids=ids[:, :1], past_key_values=eager_cache).logits]
+        with llama_custom_ops({"past_key_values": cache()}) as traced:
+            bshd = traced["past_key_values"]
+            assert bshd.layers[0].keys.shape == (1, CACHE_LEN, config.num_key_value_heads, head_dim)
+            got = [model(input_ids=ids, past_key_values=bshd).logits,
+                   model(input_ids=ids[:, :1], past_key_values=bshd).logits]
+            query = torch.zeros(1, config.num_attention_heads, 1, head_dim)
+            stray = torch.zeros(1, 4, config.num_key_value_heads, head_dim)
+            with pytest.raises(CustomOpsUnsupported, match="not the static cache"):
+                ALL_ATTENTION_FUNCTIONS["sdpa"](model.model.layers[0].self_attn, query, stray, stray, None)
+    for a, b in zip(got, expected):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(bshd.layers[0].keys.transpose(1, 2)[..., :8, :], eager_cache.layers[0].keys[..., :8, :],
+                               atol=1e-6, rtol=1e-6)
+    assert "sdpa" not in ALL_ATTENTION_FUNCTIONS._local_mapping, "the capture attention is removed after the block"

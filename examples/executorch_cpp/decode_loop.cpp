@@ -8,8 +8,11 @@
 // The indices come from the export's typed signature (export.json; see README.md): the inputs named input_ids,
 // position_ids and attention_mask, the logits output, and each cache-update output with the input it updates.
 // Every other input is a cache tensor, zero-initialised. Prints the prompt and the generated tokens, comma-separated.
+// A MODEL.ptd beside MODEL.pte (hfexport writes one for a model with tied weights: every weight stored once there)
+// is loaded as the method's named data.
 
 #include <executorch/extension/data_loader/file_data_loader.h>
+#include <executorch/extension/flat_tensor/flat_tensor_data_map.h>
 #include <executorch/extension/tensor/tensor_ptr.h>
 #include <executorch/runtime/executor/method.h>
 #include <executorch/runtime/executor/program.h>
@@ -19,7 +22,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <map>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -27,6 +32,7 @@
 using namespace executorch::runtime;
 using executorch::aten::ScalarType;
 using executorch::extension::FileDataLoader;
+using executorch::extension::FlatTensorDataMap;
 using executorch::extension::make_tensor_ptr;
 using executorch::extension::TensorPtr;
 
@@ -107,7 +113,22 @@ int main(int argc, char** argv) {
   }
   HierarchicalAllocator planned_allocator({planned_spans.data(), planned_spans.size()});
   MemoryManager memory_manager(&method_allocator, &planned_allocator);
-  auto loaded = program->load_method("forward", &memory_manager);
+  // the weights, when the export keeps them outside the .pte: MODEL.ptd
+  std::optional<FileDataLoader> data_loader;
+  std::optional<FlatTensorDataMap> data_map;
+  const std::string suffix = ".pte";
+  if (args.model.size() > suffix.size() && args.model.compare(args.model.size() - suffix.size(), suffix.size(), suffix) == 0) {
+    std::string data_path = args.model.substr(0, args.model.size() - suffix.size()) + ".ptd";
+    if (std::ifstream(data_path).good()) {
+      auto opened = FileDataLoader::from(data_path.c_str());
+      if (!opened.ok()) fail("cannot open " + data_path);
+      data_loader.emplace(std::move(opened.get()));
+      auto map = FlatTensorDataMap::load(&*data_loader);
+      if (!map.ok()) fail("cannot read the named data in " + data_path);
+      data_map.emplace(std::move(map.get()));
+    }
+  }
+  auto loaded = program->load_method("forward", &memory_manager, nullptr, data_map ? &*data_map : nullptr);
   if (!loaded.ok()) fail("cannot load forward (error " + std::to_string(static_cast<int>(loaded.error())) + ")");
   Method& decode = loaded.get();
 

@@ -18,7 +18,9 @@ from ...capture.shapes import auto_dynamic_shapes
 from ...configs import ExecutorchConfig, ExportFormat
 from ...exporter import HfExporter
 from ...metadata import ExportMetadata
-from .custom_sdpa import CUSTOM_OPS_STATE, CustomOpsUnsupported, custom_ops_unsupported, llama_custom_ops, record_state_layout
+from .custom_sdpa import (
+    CUSTOM_OPS_STATE, CustomOpsUnsupported, custom_ops_unsupported, llama_custom_ops, record_state_layout,
+)
 from .layout import record_program_outputs
 from .lowering import lower
 from .state import FoldedState, fold_cache_state, keeps_cache_state
