@@ -117,8 +117,9 @@ int main(int argc, char** argv) {
   std::optional<FileDataLoader> data_loader;
   std::optional<FlatTensorDataMap> data_map;
   const std::string suffix = ".pte";
-  if (args.model.size() > suffix.size() && args.model.compare(args.model.size() - suffix.size(), suffix.size(), suffix) == 0) {
-    std::string data_path = args.model.substr(0, args.model.size() - suffix.size()) + ".ptd";
+  const size_t stem = args.model.size() - suffix.size();
+  if (args.model.size() > suffix.size() && args.model.compare(stem, suffix.size(), suffix) == 0) {
+    std::string data_path = args.model.substr(0, stem) + ".ptd";
     if (std::ifstream(data_path).good()) {
       auto opened = FileDataLoader::from(data_path.c_str());
       if (!opened.ok()) fail("cannot open " + data_path);
