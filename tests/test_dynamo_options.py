@@ -169,3 +169,26 @@ def test_static_cache_made_for_another_batch_runs_in_place_or_fails_clearly():
         assert (ours.keys - eager.keys).abs().max().item() <= 1e-5  # written in the caller's own tensors
         assert (ours.values - eager.values).abs().max().item() <= 1e-5
         assert int(ours.cumulative_length) == int(eager.cumulative_length) == 10
+
+
+def test_explicit_dims_for_generation_leave_the_stages_own_inputs_dynamic():
+    """export_for_generation with dynamic_shapes naming only input_ids: the cache and positions the decomposition
+    makes get Dim.AUTO (a static cache list would fail in torch.export, a static growing cache at step 2), the decode
+    step's single token stays static, generate() equals eager; a padded batch on this mask-less export is refused
+    instead of silently attending to the pads; a name no stage and no sample input has is a ConfigError."""
+    case = TINY_CASES["llama"]
+    model = case.build()
+    config = DynamoConfig(dynamic_shapes={"input_ids": {0: torch.export.Dim.AUTO, 1: torch.export.Dim.AUTO}})
+    exported = DynamoExporter().export_for_generation(model, case.inputs(2, 6, padded=False), config)
+    decode = {s.name: s.shape for s in exported.components["decode"].metadata.inputs}
+    assert decode["input_ids"][1] == 1 and isinstance(decode["past_key_values.layers.0.keys"][2], str), decode
+    prompt = case.inputs(3, 9, padded=False)
+    with torch.no_grad():
+        expected = model.generate(**prompt, max_new_tokens=8, do_sample=False)
+    assert torch.equal(exported.generate(**prompt, max_new_tokens=8, do_sample=False), expected)
+    with pytest.raises(UnsupportedError, match="prefill graph takes no attention mask"):
+        exported.generate(**case.inputs(3, 9, padded=True), max_new_tokens=2, do_sample=False)
+    with pytest.raises(ValueError, match="'input_idz' is neither a sample input"):
+        DynamoExporter().export_for_generation(
+            model, case.inputs(2, 6), DynamoConfig(dynamic_shapes={"input_idz": {0: torch.export.Dim.AUTO}})
+        )

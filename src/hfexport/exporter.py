@@ -8,6 +8,7 @@ implements :meth:`~HfExporter.export_program` (usually :meth:`~HfExporter.trace`
 from __future__ import annotations
 
 import abc
+import dataclasses
 import importlib.metadata
 import logging
 import time
@@ -22,7 +23,7 @@ from packaging.version import Version
 from ._versions import TESTED, pip_line
 from .capture.caches import register_cache_classes
 from .capture.prepare import check_attention_implementation, patch_model_config, prepare_for_export
-from .capture.shapes import resolve_dynamic_shapes
+from .capture.shapes import StageDynamicShapes, resolve_dynamic_shapes
 from .configs import ExportConfigMixin, ExportFormat
 from .errors import ConfigError, ExportError, HfExportError, MissingPackageError
 from .exported import ExportedComponent, ExportedModel
@@ -167,6 +168,7 @@ class HfExporter(abc.ABC):
         configs = calibrate_components(  # generate-kwargs calibration samples -> each component's own forward kwargs
             model, config, configs, self.export_format, generation_config, multi_token_decode
         )
+        _check_stage_shapes(configs, components, sample_inputs)
         exported = {}
         # the prefill last: a backend may run it on the decode graph (serves_prefill) instead of exporting it
         for name in sorted(components, key=lambda n: n == "prefill"):
@@ -177,7 +179,7 @@ class HfExporter(abc.ABC):
             ):
                 exported[name] = decode
                 continue
-            program, metadata = self._export_component(name, submodel, inputs, configs[name])
+            program, metadata = self._export_component(name, submodel, inputs, _stage_config(configs[name]))
             exported[name] = ExportedComponent(program, metadata)
         return ExportedModel(
             {name: exported[name] for name in components},
@@ -363,3 +365,31 @@ def _generation_config(model: torch.nn.Module) -> Any:
     if callable(can_generate) and can_generate():
         return getattr(model, "generation_config", None)
     return None
+
+
+def _stage_config(config: ExportConfigMixin) -> ExportConfigMixin:
+    """``config`` for one stage of ``export_for_generation``: explicit ``dynamic_shapes`` apply to the inputs they
+    name, the inputs the decomposition made get ``Dim.AUTO`` (see :class:`StageDynamicShapes`)."""
+    shapes = getattr(config, "dynamic_shapes", None)
+    if not isinstance(shapes, Mapping) or isinstance(shapes, StageDynamicShapes):
+        return config
+    return dataclasses.replace(config, dynamic_shapes=StageDynamicShapes(shapes))
+
+
+def _check_stage_shapes(
+    configs: Mapping[str, ExportConfigMixin], components: Mapping[str, Any], sample_inputs: Mapping[str, Any]
+) -> None:
+    """Each name in a stage config's explicit ``dynamic_shapes`` must be a sample input (the decomposition may
+    consume it, as it turns a 2-d attention mask into positions) or an input of a stage it configures."""
+    by_config: dict[int, tuple[Any, set[str]]] = {}
+    for name, cfg in configs.items():
+        shapes = getattr(cfg, "dynamic_shapes", None)
+        if isinstance(shapes, Mapping):
+            names = by_config.setdefault(id(shapes), (shapes, set(sample_inputs)))[1]
+            names.update(components[name][1])
+    problems = [
+        f"{key!r} is neither a sample input nor an input of a generation stage it configures ({sorted(names)})"
+        for shapes, names in by_config.values() for key in shapes if key not in names
+    ]
+    if problems:
+        raise ConfigError("dynamic_shapes", problems)

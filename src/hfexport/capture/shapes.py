@@ -11,23 +11,36 @@ import torch.utils._pytree as pytree
 from ..errors import ConfigError
 from .caches import is_cache
 
-__all__ = ["auto_dynamic_shapes", "resolve_dynamic_shapes"]
+__all__ = ["StageDynamicShapes", "auto_dynamic_shapes", "resolve_dynamic_shapes"]
 
 
-def _auto(value: Any) -> Any:
+class StageDynamicShapes(dict):
+    """A user's ``dynamic_shapes`` as it applies to one stage of ``export_for_generation``.
+
+    The decomposition gives a stage inputs the user could not name (the cache, positions, 4-d masks): those get
+    ``Dim.AUTO``, as with ``dynamic=True``, so a decode graph still takes a growing cache. Names the stage does not
+    take are left out for it; the exporter checks each name against all the stages. A dim the stage's sample has
+    at size 0 or 1 (the one new token of a decode step) stays static there: torch.export specialises it anyway.
+    """
+
+
+def _auto(value: Any, static: bool = False) -> Any:
+    """``Dim.AUTO`` on every dim of every tensor in ``value`` (``None`` everywhere when ``static``), in the nested
+    structure ``torch.export`` expects for it."""
     if isinstance(value, torch.Tensor):
         # sizes 0 and 1 are specialised by torch.export whatever we ask: leave them static, quietly
-        return {i: torch.export.Dim.AUTO for i, size in enumerate(value.shape) if size > 1} or None
+        dims = {} if static else {i: torch.export.Dim.AUTO for i, size in enumerate(value.shape) if size > 1}
+        return dims or None
     node = pytree.SUPPORTED_NODES.get(type(value))
     if node is None or value is None:
         return None
     children, _ = node.flatten_fn(value)
     if is_cache(value) or type(value) not in (dict, list, tuple):
         # torch.export takes a custom pytree node's shapes as the list of its children
-        return [_auto(c) for c in children]
+        return [_auto(c, static) for c in children]
     if isinstance(value, dict):
-        return {k: _auto(v) for k, v in value.items()}
-    return type(value)(_auto(c) for c in children)
+        return {k: _auto(v, static) for k, v in value.items()}
+    return type(value)(_auto(c, static) for c in children)
 
 
 def auto_dynamic_shapes(inputs: Mapping[str, Any]) -> dict[str, Any]:
@@ -40,15 +53,27 @@ def auto_dynamic_shapes(inputs: Mapping[str, Any]) -> dict[str, Any]:
     return {key: _auto(value) for key, value in inputs.items()}
 
 
+def _unit_dims_static(spec: Any, value: Any) -> Any:
+    if not isinstance(value, torch.Tensor) or not isinstance(spec, Mapping):
+        return spec
+    kept = {d: dim for d, dim in spec.items() if not (isinstance(d, int) and -value.dim() <= d < value.dim()
+                                                        and value.shape[d] <= 1)}
+    return kept or None
+
+
 def resolve_dynamic_shapes(config: Any, inputs: Mapping[str, Any]) -> dict[str, Any] | None:
     """The ``dynamic_shapes`` to pass to ``torch.export`` for ``config``, checked against ``inputs``.
 
-    Explicit ``config.dynamic_shapes`` wins over ``config.dynamic``; kwargs it does not name stay static.
+    Explicit ``config.dynamic_shapes`` wins over ``config.dynamic``; kwargs it does not name stay static (a cache
+    as the list of its tensors, each static), except in a :class:`StageDynamicShapes`, where they get ``Dim.AUTO``.
     """
     explicit = getattr(config, "dynamic_shapes", None)
     if explicit is not None:
         if not isinstance(explicit, Mapping):
             return explicit
+        stage = isinstance(explicit, StageDynamicShapes)
+        if stage:
+            explicit = {k: _unit_dims_static(v, inputs[k]) for k, v in explicit.items() if k in inputs}
         unknown = [k for k in explicit if k not in inputs]
         if unknown:
             raise ConfigError(
@@ -64,7 +89,8 @@ def resolve_dynamic_shapes(config: Any, inputs: Mapping[str, Any]) -> dict[str, 
                     problems.append(f"{key!r}: dims {bad} out of range for a {value.dim()}-d tensor")
         if problems:
             raise ConfigError("dynamic_shapes", problems)
-        return {key: explicit.get(key) for key in inputs}
+        return {key: explicit[key] if key in explicit else _auto(value, static=not stage)
+                for key, value in inputs.items()}
     if getattr(config, "dynamic", False):
         return auto_dynamic_shapes(inputs)
     return None
