@@ -254,10 +254,18 @@ class TextState:
             self.valid = torch.zeros(batch, capacity, dtype=torch.bool)
             self.valid[:, :prompt_len] = mask2d.bool()
         self.window = window
+        self.padded = not bool(mask2d.bool().all())
 
     def kwargs(self, component: _Component, start: int, q: int, cache: Any) -> dict[str, Any]:
         """Position, mask and cache kwargs for a call on query positions ``start .. start + q``."""
         call: dict[str, Any] = {}
+        if self.padded and start == 0 and component.mask_kind() == "none":  # (an SSM's decode step needs none)
+            raise UnsupportedError(
+                f"this batch is padded, but the {component.name} graph takes no attention mask: its sample inputs "
+                "had none with padding, so the model's code dropped the mask while tracing. Re-export with padded "
+                "sample inputs (an attention_mask holding zeros) to generate padded batches, or generate one prompt "
+                "at a time."
+            )
         if component.takes("position_ids"):
             call["position_ids"] = self.positions[..., start : start + q]
         if component.takes("cache_position"):
