@@ -9,6 +9,8 @@ exporting); the left-padded batch-2 export keeps the SDPA path (tests/models/tes
 from __future__ import annotations
 
 import copy
+import dataclasses
+import types
 
 import pytest
 import torch
@@ -140,6 +142,7 @@ def test_the_saved_pair_reloads_and_generates_eagers_tokens(exported):
     ("sliding", "sliding"),
     ("dynamic_cache", None),
     ("alloc_graph_input", None),
+    ("quantizer", "quantizer"),
 ])
 def test_where_the_kernels_cannot_express_it_the_export_keeps_the_sdpa_path(change, reason):
     from transformers import DynamicCache, StaticCache
@@ -163,6 +166,11 @@ def test_where_the_kernels_cannot_express_it_the_export_keeps_the_sdpa_path(chan
         model.config.sliding_window = 4
         model.config.layer_types = ["sliding_attention"] * model.config.num_hidden_layers
     config = ExecutorchConfig(dynamic=True, alloc_graph_input=change != "alloc_graph_input")
+    if change == "quantizer":
+        from hfexport.quantizers.pt2e import PT2EQuantizer
+
+        stub = types.SimpleNamespace(annotate=lambda model: model, validate=lambda model: None)
+        config = dataclasses.replace(config, quantizer=PT2EQuantizer(stub))  # only its presence is read
     if change in ("dynamic_cache", "alloc_graph_input"):  # the exporter asks only when the cache is kept as state
         assert not keeps_cache_state(config, inputs)
         return

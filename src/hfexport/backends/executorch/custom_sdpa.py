@@ -59,6 +59,8 @@ def custom_ops_unsupported(model: Any, inputs: Mapping[str, Any], config: Any) -
     """Why this export cannot take the custom-op attention (a reason), or ``None`` when it can."""
     if importlib.util.find_spec("executorch.extension.llm.custom_ops") is None:
         return "this executorch install has no executorch.extension.llm.custom_ops"
+    if getattr(config, "quantizer", None) is not None:
+        return "a quantizer calibrates the traced graph on caches in the caller's [batch, heads, seq, dim] layout"
     model_config = getattr(model, "config", None)
     text = _text_config(model)
     if model_config is None or text is not model_config or getattr(model_config, "is_encoder_decoder", False):
