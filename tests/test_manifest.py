@@ -258,12 +258,12 @@ def test_crash_while_writing_a_component_keeps_the_previous_export(tmp_path, tin
     real_save = hfexport.DynamoExporter.save_program
     calls = []
 
-    def crash_on_second(self, program, path):
+    def crash_on_second(self, program, path, extra_files=None):
         calls.append(Path(path).name)
         if len(calls) == 2:
             Path(path).write_bytes(b"half a program")
             raise RuntimeError("disk full")
-        real_save(self, program, path)
+        real_save(self, program, path, extra_files)
 
     monkeypatch.setattr(hfexport.DynamoExporter, "save_program", crash_on_second)
     with pytest.raises(RuntimeError, match="disk full"):

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import copy
-from collections.abc import MutableMapping
+import warnings
+from collections.abc import Mapping, MutableMapping
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from ...capture.caches import register_cache_classes
+from . import shared_weights
 from .safety import check_archive_pickles, example_inputs_are_safe, safe_globals
 from ...configs import DynamoConfig, ExportFormat
 from ...exporter import HfExporter
@@ -44,7 +46,9 @@ class DynamoExporter(HfExporter):
     def program_suffix(self) -> str:
         return ".pt2"
 
-    def save_program(self, program: torch.export.ExportedProgram, path: str | Path) -> None:
+    def save_program(
+        self, program: torch.export.ExportedProgram, path: str | Path, extra_files: dict[str, str] | None = None
+    ) -> None:
         """``torch.export.save``; sample inputs that only a full unpickle could read back are left out.
 
         ``load_program`` refuses full unpickles, and a ``ModelOutput`` (e.g. an encoder-decoder's
@@ -53,7 +57,26 @@ class DynamoExporter(HfExporter):
         if not example_inputs_are_safe(program, safe_globals()):
             program = copy.copy(program)
             program._example_inputs = None
-        torch.export.save(program, str(path))
+        torch.export.save(program, str(path), extra_files=extra_files)
+
+    def save_programs(self, programs: Mapping[str, Any], directory: Path) -> dict[str, list[str]]:
+        """Several distinct programs (a dynamic-cache prefill and decode): the weights they share go once into
+        ``shared_weights.safetensors`` beside the ``.pt2`` files (see :mod:`.shared_weights`)."""
+        distinct = list({id(p): p for p in programs.values()}.values())
+        if len(distinct) < 2:
+            return super().save_programs(programs, directory)
+        stripped, mappings, shared = shared_weights.split_shared(distinct)
+        if not shared:
+            return super().save_programs(programs, directory)
+        from safetensors.torch import save_file
+
+        save_file(shared, str(Path(directory) / shared_weights.SHARED_WEIGHTS_NAME))
+        names = {id(p): f"{name}{self.program_suffix()}" for name, p in programs.items()}
+        for program, copy_, mapping in zip(distinct, stripped, mappings):
+            with warnings.catch_warnings():  # torch's packer on our zero-stride placeholders: true, and harmless
+                warnings.filterwarnings("ignore", message="No complete tensor found in the group")
+                self.save_program(copy_, Path(directory) / names[id(program)], shared_weights.extra_file(mapping))
+        return {name: [names[id(p)], shared_weights.SHARED_WEIGHTS_NAME] for name, p in programs.items()}
 
     def load_program(self, path: str | Path) -> torch.export.ExportedProgram:
         """Load a ``.pt2``, refusing any pickled object outside the allowed cache/output classes.
@@ -65,5 +88,10 @@ class DynamoExporter(HfExporter):
         register_cache_classes()
         allowed = safe_globals()
         check_archive_pickles(Path(path), allowed)
+        extra = {shared_weights.EXTRA_FILE: ""}
         with torch.serialization.safe_globals(allowed):
-            return torch.export.load(str(path))
+            program = torch.export.load(str(path), extra_files=extra)
+        if extra[shared_weights.EXTRA_FILE]:  # weights stored once for the folder's programs
+            cache = self.__dict__.setdefault("_shared_weights", {})
+            shared_weights.attach_shared(program, Path(path), extra[shared_weights.EXTRA_FILE], cache)
+        return program
