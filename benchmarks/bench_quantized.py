@@ -4,8 +4,9 @@ Two tables, in benchmarks/RESULTS_QUANTIZED.md (and .json):
 
 - Agreement (the default run): for each (recipe, format) pair (the CLI's ``--quantize`` recipes,
   hfexport.quantizers.presets), in a child process of its own: ``export_for_generation`` (dynamic cache,
-  single-token decode) with the recipe calibrated on CALIBRATION, ``save_pretrained``, ``ExportedModel.from_pretrained``,
-  then the weight bytes on disk (hfexport.quantizers.measure.weight_bytes) against the fp32 model's parameter bytes,
+  single-token decode) with the recipe calibrated on CALIBRATION, ``save_pretrained``,
+  ``ExportedModel.from_pretrained``, then the weight bytes on disk (hfexport.quantizers.measure.weight_bytes)
+  against the fp32 model's parameter bytes,
   and the top-1 agreement: for each of the 4 EVAL_PROMPTS, eager greedy-decodes 64 tokens, the export's prefill graph
   runs over eager's whole sequence (teacher-forced: with the causal mask each position is one decode step on eager's
   tokens), and each step scores whether its argmax is eager's token; the table gives the mean over the 4 prompts
@@ -17,6 +18,7 @@ Two tables, in benchmarks/RESULTS_QUANTIZED.md (and .json):
   ``model.generate`` in the same process: batch 1, greedy, 128 new tokens, interleaved rounds, best of --repeats.
 
     python benchmarks/bench_quantized.py                     # the agreement table (hours on 2 cores)
+    python benchmarks/bench_quantized.py --single-graph      # the same on one graph without cache (half the work)
     python benchmarks/bench_quantized.py --decode            # export the decode artifacts to a temp folder, time them
     python benchmarks/bench_quantized.py --save-artifacts DIR          # export and save the decode artifacts only
     python benchmarks/bench_quantized.py --artifacts DIR --decode-only # time decode from saved artifacts alone
@@ -103,7 +105,7 @@ def _calibrated_recipe(recipe_name: str | None, fmt: str, tokenizer: Any) -> Any
 # --- agreement: one child per pair ----------------------------------------------------------------------------------
 
 
-def child(recipe_name: str | None, fmt: str, out: Path) -> None:
+def child(recipe_name: str | None, fmt: str, out: Path, single_graph: bool = False) -> None:
     import warnings
 
     warnings.filterwarnings("ignore")
@@ -119,8 +121,12 @@ def child(recipe_name: str | None, fmt: str, out: Path) -> None:
     # a batch of 2 for the capture: OpenVINO's stateful pass cannot start a cache traced at batch 1 (its batch
     # axis is then pinned to 1 while the initial state takes beam_idx's)
     sample = dict(tokenizer(["Hello there, my friend"] * 2, return_tensors="pt"))
+    exporter = AutoHfExporter.from_config(config)
     start = time.perf_counter()
-    exported = AutoHfExporter.from_config(config).export_for_generation(model, sample, config)
+    if single_graph:  # one graph, no cache: what the prefill graph computes, at half the export and quantization
+        exported = exporter.export(model, sample, config)
+    else:
+        exported = exporter.export_for_generation(model, sample, config)
     export_s = time.perf_counter() - start
     folder = Path(tempfile.mkdtemp(prefix="hfq-"))
     try:
@@ -131,6 +137,7 @@ def child(recipe_name: str | None, fmt: str, out: Path) -> None:
         row: dict[str, Any] = {
             "recipe": recipe_name or "fp32",
             "format": fmt,
+            "graphs": "single" if single_graph else "prefill+decode",
             "export_s": round(export_s, 1),
             "weight_ratio": round(weight_bytes(folder) / fp32_weight_bytes(model), 4),
             "top1_agreement": round(sum(per_prompt) / len(per_prompt), 4),
@@ -141,11 +148,12 @@ def child(recipe_name: str | None, fmt: str, out: Path) -> None:
     out.write_text(json.dumps(row))
 
 
-def _run_child(pair: tuple[str | None, str]) -> dict[str, Any]:
+def _run_child(pair: tuple[str | None, str], single_graph: bool = False) -> dict[str, Any]:
     recipe_name, fmt = pair
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "row.json"
-        command = [sys.executable, __file__, "--child", recipe_name or "fp32", fmt, "--out", str(out)]
+        command = [sys.executable, __file__, "--child", recipe_name or "fp32", fmt, "--out", str(out),
+                   *(["--single-graph"] if single_graph else [])]
         start = time.perf_counter()
         done = subprocess.run(command, capture_output=True, text=True, env=os.environ.copy())
         if done.returncode != 0 or not out.exists():
@@ -250,16 +258,18 @@ def _markdown(saved: dict[str, Any]) -> str:
         "divides by the fp32 export of the same format in this run, and the targets are checked on it when there is "
         "one.",
         "",
-        "| recipe | format | weight ratio | vs fp32 export | top-1 mean | per prompt | export s | note |",
-        "|---|---|---|---|---|---|---|---|",
+        "| recipe | format | graphs | weight ratio | vs fp32 export | top-1 mean | per prompt | export s | note |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
-    fp32 = {r["format"]: r["weight_ratio"] for r in rows if r.get("recipe") == "fp32" and "error" not in r}
+    fp32 = {(r["format"], r.get("graphs")): r["weight_ratio"]
+            for r in rows if r.get("recipe") == "fp32" and "error" not in r}
     for row in rows:
         if "error" in row:
-            lines.append(f"| {row['recipe']} | {row['format']} | - | - | - | - | - | failed: {row['error']} |")
+            lines.append(f"| {row['recipe']} | {row['format']} | - | - | - | - | - | - | failed: {row['error']} |")
             continue
         target = 0.2 if row["recipe"] == "nncf-int4" else 0.35 if row["recipe"] != "fp32" else None
-        relative = row["weight_ratio"] / fp32[row["format"]] if row["format"] in fp32 else None
+        key = (row["format"], row.get("graphs"))
+        relative = row["weight_ratio"] / fp32[key] if key in fp32 else None
         notes = []
         if target is not None and (relative if relative is not None else row["weight_ratio"]) > target:
             notes.append(f"above the {target}x target")
@@ -267,7 +277,8 @@ def _markdown(saved: dict[str, Any]) -> str:
             notes.append("below 90 % agreement")
         per = " / ".join(f"{a:.1%}" for a in row.get("top1_per_prompt", []))
         lines.append(
-            f"| {row['recipe']} | {row['format']} | {row['weight_ratio']:.3f} | "
+            f"| {row['recipe']} | {row['format']} | {row.get('graphs', 'prefill+decode')} | "
+            f"{row['weight_ratio']:.3f} | "
             f"{'-' if relative is None else f'{relative:.3f}'} | {row['top1_agreement']:.1%} | {per or '-'} | "
             f"{row['export_s']} | {'; '.join(notes)} |"
         )
@@ -285,7 +296,8 @@ def _decode_markdown(report: dict[str, Any]) -> list[str]:
         "",
         f"`python benchmarks/bench_quantized.py --artifacts DIR --decode-only`: SmolLM2-135M, batch 1, greedy, "
         f"{report['new_tokens']} new tokens after a {report['prompt_tokens']}-token prompt, static cache "
-        f"{common.STATIC_CACHE_LEN} + multi-token decode (one graph), each artifact exported once and loaded from disk, "
+        f"{common.STATIC_CACHE_LEN} + multi-token decode (one graph), each artifact exported once and loaded from "
+        "disk, "
         f"timed with eager in the same process; best of {report['repeats']} interleaved rounds. Load average at "
         f"start/end: {report.get('loads_avg', '?')}.",
         "",
@@ -329,6 +341,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--save-artifacts", type=Path, help="export and save the decode artifacts to this folder")
     parser.add_argument("--artifacts", type=Path, help="the folder of saved decode artifacts")
     parser.add_argument("--decode-only", action="store_true", help="time decode from --artifacts alone")
+    parser.add_argument("--single-graph", action="store_true",
+                        help="agreement on a single-graph export (no cache): the prefill graph's computation, one "
+                        "export and quantization instead of two; the weight ratio is then that graph's")
     parser.add_argument("--results", type=Path, default=HERE / "RESULTS_QUANTIZED.md")
     parser.add_argument("--render", type=Path, help="only rewrite --results from a results .json of an earlier run")
     parser.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
@@ -338,7 +353,7 @@ def main(argv: list[str] | None = None) -> int:
     check_disjoint(EVAL_PROMPTS, CALIBRATION)
     if args.child:
         recipe_name, fmt = args.child
-        child(None if recipe_name == "fp32" else recipe_name, fmt, args.out)
+        child(None if recipe_name == "fp32" else recipe_name, fmt, args.out, args.single_graph)
         return 0
     if args.export_child:
         print(json.dumps(export_artifact(args.export_child, args.out)))
@@ -356,7 +371,7 @@ def main(argv: list[str] | None = None) -> int:
         results = Path(tempfile.gettempdir()) / "RESULTS_QUANTIZED.quick.md"
     if args.save_artifacts or args.decode or args.decode_only:
         return _decode_main(args, pairs or (DECODE_PAIRS[:2] if args.quick else DECODE_PAIRS), results)
-    return _agreement_main(pairs or (QUICK if args.quick else PAIRS), results)
+    return _agreement_main(pairs or (QUICK if args.quick else PAIRS), results, args.single_graph)
 
 
 def _decode_main(args: argparse.Namespace, pairs: list, results: Path) -> int:
@@ -387,19 +402,20 @@ def _decode_main(args: argparse.Namespace, pairs: list, results: Path) -> int:
     return 1 if failed else 0
 
 
-def _agreement_main(pairs: list, results: Path) -> int:
+def _agreement_main(pairs: list, results: Path, single_graph: bool = False) -> int:
     load = " ".join(f"{x:.1f}" for x in os.getloadavg())
     saved = _saved(results)
     saved.update(load=load, rows=[])
     for pair in pairs:
         print(f"[bench_quantized] {pair[0] or 'fp32'} x {pair[1]} ...", flush=True)
-        row = _run_child(pair)
+        row = _run_child(pair, single_graph)
         print(f"[bench_quantized]   {row}", flush=True)
         saved["rows"].append(row)
         _write(results, saved)  # after every pair: a long run interrupted still leaves what it measured
     print(f"[bench_quantized] wrote {results}")
     failed = [r for r in saved["rows"] if "error" in r]
-    low = [r for r in saved["rows"] if r.get("recipe") not in ("fp32", "nncf-int4") and r.get("top1_agreement", 1) < 0.9]
+    low = [r for r in saved["rows"]
+           if r.get("recipe") not in ("fp32", "nncf-int4") and r.get("top1_agreement", 1) < 0.9]
     return 1 if failed or low else 0
 
 

@@ -303,6 +303,34 @@ def test_each_recipe_serves_its_formats_and_refuses_the_others(name):
     assert isinstance(recipe("nncf-int8", "openvino"), NNCFOpenVINOQuantizer)
 
 
+
+LLAMA_PATHS = ["model.layers.0.self_attn.q_proj", "model.layers.0.self_attn.k_proj", "model.layers.0.self_attn.v_proj",
+               "model.layers.0.self_attn.o_proj", "model.layers.0.mlp.gate_proj", "model.layers.0.mlp.up_proj",
+               "model.layers.0.mlp.down_proj", "lm_head"]
+
+
+def _weight_only(patterns):
+    import re
+
+    return [path.rsplit(".", 1)[-1] for path in LLAMA_PATHS if any(re.search(p, path) for p in patterns)]
+
+
+def test_int8_recipes_keep_float_activations_on_the_norm_fed_layers():
+    """The per-layer choices measured on SmolLM2 (benchmarks/RESULTS_QUANTIZED.md): static activations stay on
+    o_proj only for ORT static and PT2E; ORT dynamic floats the MLP; NNCF floats down_proj, with SmoothQuant at 0.5."""
+    from hfexport.quantizers.pt2e_weights import WeightOnlyInt8Quantizer
+
+    norm_fed = ["q_proj", "k_proj", "v_proj", "gate_proj", "up_proj", "down_proj", "lm_head"]
+    assert _weight_only(recipe("ort-static", "onnx").weight_only_modules) == norm_fed
+    assert _weight_only(recipe("ort-dynamic", "onnx").weight_only_modules) == ["gate_proj", "up_proj", "down_proj"]
+    pt2e = recipe("pt2e-int8", "openvino").quantizer
+    annotator = next(q for q in pt2e.quantizers if isinstance(q, WeightOnlyInt8Quantizer))
+    assert _weight_only([p.pattern for p in annotator.modules]) == norm_fed
+    for fmt in ("onnx", "openvino"):
+        nncf_int8 = recipe("nncf-int8", fmt)
+        assert _weight_only(nncf_int8.weight_only_modules) == ["down_proj"]
+        assert nncf_int8.config.advanced_parameters.smooth_quant_alphas.matmul == 0.5
+
 def test_read_prompts_takes_strings_and_text_objects(tmp_path):
     path = tmp_path / "calib.jsonl"
     path.write_text('"Hello there"\n\n{"text": "The sky is"}\n{"prompt": "Once"}\n', encoding="utf-8")
