@@ -8,6 +8,7 @@ left out of the denominator, every other status counts against coverage).
 from __future__ import annotations
 
 import csv
+import re
 from collections import Counter
 from collections.abc import Iterable
 from pathlib import Path
@@ -84,6 +85,28 @@ def _cell(row: dict[str, Any] | None, applies: bool = False) -> str:
     return status
 
 
+def _kind(reason: str) -> str:
+    """A reason without its numbers, source location and model names: rows failing the same way group together."""
+    text = re.sub(r" \((?:models|integrations|capture|backends)/[^)]*\)", "", reason.split(" | cause: ")[0])
+    text = re.sub(r"\b[A-Z]\w*(?:For\w+|Model|Config)\b", "<Model>", text)
+    return re.sub(r"\d+", "N", text).replace("`", "'")[:110].strip()
+
+
+def _summary(rows: list[dict[str, Any]], top: int = 8) -> list[str]:
+    """The most frequent kinds of reason per non-passing status, with counts."""
+    lines: list[str] = []
+    for status in STATUSES:
+        if status in ("pass", "unavailable"):
+            continue
+        kinds = Counter(_kind(str(r.get("reason") or "")) for r in rows if r["status"] == status)
+        if not kinds:
+            continue
+        shown = "; ".join(f"{n} x `{k}`" for k, n in kinds.most_common(top))
+        rest = sum(kinds.values()) - sum(n for _, n in kinds.most_common(top))
+        lines.append(f"- **{status}** ({sum(kinds.values())} cases): {shown}" + (f"; {rest} other" if rest else ""))
+    return lines
+
+
 def write_markdown(rows: list[dict[str, Any]], path: Path, header: str = "") -> Path:
     """Coverage per backend and stage, a grid (one line per architecture) and every non-passing reason."""
     cols = _columns(rows)
@@ -120,7 +143,9 @@ def write_markdown(rows: list[dict[str, Any]], path: Path, header: str = "") -> 
               "vision or audio tower never called the row is `no-inputs` (as when the matrix has no recipe for a "
               "model's main input): a gap of the matrix, not of the backend. `cannot-build` = the matrix cannot "
               "shrink or build the tiny model (missing package such as timm, a size field its rules miss, a "
-              "config validator they break).", "", "![heat map](support-matrix.png)", "",
+              "config validator they break).", "",
+              "Main reasons per status (numbers as N, model classes as <Model>; every row's own reason is in "
+              "§ Reasons):", "", *_summary(rows), "", "![heat map](support-matrix.png)", "",
               "## Grid", "", "Cells: status, max abs diff vs eager (export), export seconds; `—`: the stage does not apply "
               "(not generative); `not run`: no run of this backend covered the architecture.", "",
               "| model_type | class | task | " + " | ".join(f"{b} {s}" for b, s in cols) + " |",
