@@ -199,3 +199,18 @@ def test_markdown_says_when_a_backend_is_not_in_this_release(tmp_path):
              "reason": UNAVAILABLE}]
     text = write_markdown(rows, tmp_path / "m.md").read_text()
     assert "| openvino | export | 0 | 1 | 0 | n/a (backend not available in this release) | 0 | n/a |" in text
+
+
+def test_the_markdown_counts_reasons_of_one_kind_together_across_numbers_and_model_names(tmp_path):
+    def row(model_type, status, reason):
+        return {"model_type": model_type, "class_name": "", "task": "fill-mask", "backend": "dynamo",
+                "stage": "export", "status": status, "max_abs_diff": None, "export_seconds": None, "reason": reason}
+
+    rows = [row("a", "cannot-build", "ValueError: the shrunk model still has 62M parameters (> 30M)"),
+            row("b", "cannot-build", "ValueError: the shrunk model still has 193M parameters (> 30M)"),
+            row("c", "eager-fails", "TypeError: AlignModel.forward() got 'x' (models/align/modeling_align.py:12)"),
+            row("d", "eager-fails", "TypeError: BlipModel.forward() got 'x' (models/blip/modeling_blip.py:99)"),
+            row("e", "pass", "")]
+    text = write_markdown(rows, tmp_path / "m.md").read_text()
+    assert "- **cannot-build** (2 cases): 2 x `ValueError: the shrunk model still has NM parameters (> NM)`" in text
+    assert "- **eager-fails** (2 cases): 2 x `TypeError: <Model>.forward() got 'x'`" in text
