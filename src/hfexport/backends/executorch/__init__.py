@@ -4,6 +4,9 @@ Modules, one concern each:
 
 - :mod:`.targets`: the three ExecuTorch backends: machine checks before tracing, partitioners, edge config.
 - :mod:`.lowering`: ``to_edge_transform_and_lower`` and ``to_executorch`` with the config's memory planning.
+- :mod:`.state`: a static cache kept in the program as mutable buffers.
+- :mod:`.custom_sdpa`: that cache written by ``llama::update_cache`` and attended by ``llama::custom_sdpa``, where valid.
+- :mod:`.weights`: a tied weight stored once (the weights in a ``.ptd`` beside the ``.pte``).
 - :mod:`.exporter` / :mod:`.runner`: the backend's ``HfExporter`` and ``ModelRunner`` (``executorch.runtime``).
 """
 
