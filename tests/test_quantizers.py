@@ -317,7 +317,8 @@ def _weight_only(patterns):
 
 def test_int8_recipes_keep_float_activations_on_the_norm_fed_layers():
     """The per-layer choices measured on SmolLM2 (benchmarks/RESULTS_QUANTIZED.md): static activations stay on
-    o_proj only for ORT static and PT2E; ORT dynamic floats the MLP; NNCF floats down_proj, with SmoothQuant at 0.5."""
+    o_proj only for ORT static and PT2E (whose X86 quantizer takes the linears only, not every mul); ORT dynamic
+    floats the MLP; NNCF floats down_proj, with SmoothQuant at 0.5."""
     from hfexport.quantizers.pt2e_weights import WeightOnlyInt8Quantizer
 
     norm_fed = ["q_proj", "k_proj", "v_proj", "gate_proj", "up_proj", "down_proj", "lm_head"]
@@ -326,6 +327,8 @@ def test_int8_recipes_keep_float_activations_on_the_norm_fed_layers():
     pt2e = recipe("pt2e-int8", "openvino").quantizer
     annotator = next(q for q in pt2e.quantizers if isinstance(q, WeightOnlyInt8Quantizer))
     assert _weight_only([p.pattern for p in annotator.modules]) == norm_fed
+    x86 = next(q for q in pt2e.quantizers if not isinstance(q, WeightOnlyInt8Quantizer))
+    assert x86.global_config is None and list(x86.operator_type_qconfig) == [torch.ops.aten.linear.default]  # no mul
     for fmt in ("onnx", "openvino"):
         nncf_int8 = recipe("nncf-int8", fmt)
         assert _weight_only(nncf_int8.weight_only_modules) == ["down_proj"]

@@ -3,8 +3,8 @@
 Each recipe picks, for an export format, the quantizer and settings that serve it:
 
 =============  ========================================================================================
-``pt2e-int8``  PT2E int8 on the FX graph: ``X86InductorQuantizer`` (Dynamo, ONNX, OpenVINO; q, k, v, MLP and lm_head
-               int8 weight-only), ``XNNPACKQuantizer``
+``pt2e-int8``  PT2E int8 on the FX graph: ``X86InductorQuantizer`` on the linears (Dynamo, ONNX, OpenVINO; q, k, v,
+               MLP and lm_head int8 weight-only), ``XNNPACKQuantizer``
                (ExecuTorch); embeddings get int8 weight-only (torchao's ``EmbeddingQuantizer``)
 ``ort-dynamic`` ONNX Runtime ``quantize_dynamic``, per-channel weights (ONNX only)
 ``ort-static``  ONNX Runtime ``quantize_static``, QDQ, per-channel weights (ONNX only); the RMSNorm-fed layers
@@ -86,16 +86,25 @@ def recipe(name: str, export_format: ExportFormat | str, calibration: Iterable[d
 def _pt2e(fmt: Any, calibration: Iterable[dict] | None) -> ExportQuantizer:
     from torchao.quantization.pt2e.quantizer.composable_quantizer import ComposableQuantizer
 
-    from .pt2e import PT2EQuantizer, x86_int8, xnnpack_int8
+    from .pt2e import PT2EQuantizer, xnnpack_int8
 
     if fmt == ExportFormat.EXECUTORCH:
         return PT2EQuantizer(xnnpack_int8().quantizer, calibration)
+    import torch
+    from torchao.quantization.pt2e.quantizer.x86_inductor_quantizer import (
+        X86InductorQuantizer,
+        get_default_x86_inductor_quantization_config,
+    )
+
     from .pt2e_weights import WeightOnlyInt8Quantizer
 
-    # int8 weight-only for the RMSNorm-fed, outlier-carrying layers (q, k, v, MLP, lm_head) and the embedding;
-    # SmolLM2 on OpenVINO, 4 evaluation prompts: MLP only 86.7 %, + lm_head 87.5 %, + q, k, v 89.8 %
+    # int8 weight-only for the RMSNorm-fed, outlier-carrying layers (q, k, v, MLP, lm_head) and the embedding; static
+    # int8 on the other linears only: set global, X86InductorQuantizer also puts per-tensor int8 on every aten.mul
+    # (the RMSNorm scaling, the rotary q * cos, SiLU(gate) * up). SmolLM2 on OpenVINO, 4 evaluation prompts: MLP
+    # weight-only 86.7 %, + q, k, v, lm_head 89.8 %, and linears only 93.4 %
     weight_only = WeightOnlyInt8Quantizer(NORM_FED_MODULES, embeddings=True)
-    return PT2EQuantizer(ComposableQuantizer([weight_only, x86_int8().quantizer]), calibration)
+    x86 = X86InductorQuantizer().set_module_type_qconfig(torch.nn.Linear, get_default_x86_inductor_quantization_config())
+    return PT2EQuantizer(ComposableQuantizer([weight_only, x86]), calibration)
 
 
 def _nncf(name: str, fmt: Any, calibration: Iterable[dict] | None) -> ExportQuantizer:
