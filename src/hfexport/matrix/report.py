@@ -23,7 +23,8 @@ FIELDS = ("model_type", "class_name", "task", "backend", "stage", "status", "max
           "export_seconds", "wall_seconds", "reason")
 STATUSES = ("pass", "mismatch", "fail", "timeout", "eager-fails", "no-inputs", "cannot-build", "unavailable")
 _COLOURS = {"pass": "#2e7d32", "mismatch": "#f9a825", "fail": "#c62828", "timeout": "#6a1b9a",
-            "eager-fails": "#8d6e63", "no-inputs": "#bcaaa4", "cannot-build": "#9e9e9e", "unavailable": "#e0e0e0", "not run": "#cfe3f3",
+            "eager-fails": "#8d6e63", "no-inputs": "#bcaaa4", "cannot-build": "#9e9e9e", "unavailable": "#e0e0e0",
+            "not run": "#cfe3f3",
             "n/a": "#ffffff"}
 
 
@@ -118,7 +119,8 @@ def write_markdown(rows: list[dict[str, Any]], path: Path, header: str = "") -> 
         lines += [header.rstrip(), ""]
     lines += ["## Coverage", "",
               "Coverage = passing cases / cases whose tiny model could be built: `cannot-build` rows are left out "
-              "of the denominator; every other status (mismatch, fail, timeout, eager-fails) counts against it.", "",
+              "of the denominator; every other status (mismatch, fail, timeout, eager-fails, no-inputs) counts "
+              "against it.", "",
               "Where inputs work = the same, with `eager-fails` (the matrix's inputs fail in eager PyTorch too) and "
               "`no-inputs` rows (the matrix has no inputs that exercise the model) also left out: what the backend "
               "does with what the matrix can test.", "",
@@ -146,7 +148,8 @@ def write_markdown(rows: list[dict[str, Any]], path: Path, header: str = "") -> 
               "config validator they break).", "",
               "Main reasons per status (numbers as N, model classes as <Model>; every row's own reason is in "
               "§ Reasons):", "", *_summary(rows), "", "![heat map](support-matrix.png)", "",
-              "## Grid", "", "Cells: status, max abs diff vs eager (export), export seconds; `—`: the stage does not apply "
+              "## Grid", "",
+              "Cells: status, max abs diff vs eager (export), export seconds; `—`: the stage does not apply "
               "(not generative); `not run`: no run of this backend covered the architecture.", "",
               "| model_type | class | task | " + " | ".join(f"{b} {s}" for b, s in cols) + " |",
               "|---|---|---|" + "---|" * len(cols)]
