@@ -106,7 +106,9 @@ def _pt2e(fmt: Any, calibration: Iterable[dict] | None) -> ExportQuantizer:
     # (the RMSNorm scaling, the rotary q * cos, SiLU(gate) * up). SmolLM2 on OpenVINO, 4 evaluation prompts: MLP
     # weight-only 86.7 %, + q, k, v, lm_head 89.8 %, and linears only 93.4 %
     weight_only = WeightOnlyInt8Quantizer(NORM_FED_MODULES, embeddings=True)
-    x86 = X86InductorQuantizer().set_module_type_qconfig(torch.nn.Linear, get_default_x86_inductor_quantization_config())
+    x86 = X86InductorQuantizer().set_module_type_qconfig(
+        torch.nn.Linear, get_default_x86_inductor_quantization_config()
+    )
     return PT2EQuantizer(ComposableQuantizer([weight_only, x86]), calibration)
 
 
