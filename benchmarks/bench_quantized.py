@@ -315,13 +315,20 @@ def _decode_markdown(report: dict[str, Any]) -> list[str]:
     return lines
 
 
+NOTES_MARK = "\n<!-- notes: kept by bench_quantized.py when it rewrites the tables above -->\n"
+
+
 def _write(results: Path, saved: dict[str, Any]) -> None:
     decode = saved.get("decode", {}).get("results", {})
     for row in saved.get("rows", []):  # benchmarks/summary.py reads each row's decode_tok_s
         name = _pair_name(None if row["recipe"] == "fp32" else row["recipe"], row["format"])
         if name in decode:
             row["decode_tok_s"] = round(decode[name]["decode_tok_s"], 2)
-    results.write_text(_markdown(saved), encoding="utf-8")
+    notes = ""
+    if results.exists():  # the hand-written notes after NOTES_MARK stay through every run
+        old = results.read_text(encoding="utf-8")
+        notes = old[old.index(NOTES_MARK):] if NOTES_MARK in old else ""
+    results.write_text(_markdown(saved) + notes, encoding="utf-8")
     results.with_suffix(".json").write_text(json.dumps(saved, indent=2, default=str), encoding="utf-8")
 
 
