@@ -156,15 +156,16 @@ def _with_static_cache_shapes(config: ExecutorchConfig, inputs: Mapping[str, Any
     """
     explicit = config.dynamic_shapes
     if force and explicit is None and config.dynamic:
-        tensors = {k: v for k, v in inputs.items() if isinstance(v, torch.Tensor)}
-        explicit = auto_dynamic_shapes(tensors)
+        # every input but the cache (a dict of per-layer-type masks too) keeps its automatic dims
+        explicit = auto_dynamic_shapes({k: v for k, v in inputs.items()
+                                        if isinstance(v, torch.Tensor | dict | list | tuple) and not is_cache(v)})
     if not isinstance(explicit, Mapping):
         return config
     missing = {k: v for k, v in inputs.items() if k not in explicit and is_cache(v)}
     if not missing:
-        return config
+        return config if explicit is config.dynamic_shapes else dataclasses.replace(config, dynamic_shapes=explicit)
     register_cache_classes()  # the cache's pytree node gives the structure
-    shapes = dict(explicit)
+    shapes = type(explicit)(explicit)  # a StageDynamicShapes stays one (its other unnamed inputs get Dim.AUTO)
     for key, auto in auto_dynamic_shapes(missing).items():
         shapes[key] = _all_static(auto)
     return dataclasses.replace(config, dynamic_shapes=shapes)
