@@ -25,7 +25,7 @@ from .capture.caches import register_cache_classes
 from .capture.prepare import check_attention_implementation, patch_model_config, prepare_for_export
 from .capture.shapes import StageDynamicShapes, resolve_dynamic_shapes
 from .configs import ExportConfigMixin, ExportFormat
-from .errors import ConfigError, ExportError, HfExportError, MissingPackageError
+from .errors import ConfigError, ExportError, HfExportError, MissingPackageError, UnsupportedError
 from .exported import ExportedComponent, ExportedModel
 from .metadata import ExportMetadata
 from .quantizers.calibration import calibrate_components, check_quantizers
@@ -180,6 +180,8 @@ class HfExporter(abc.ABC):
                 exported[name] = decode
                 continue
             program, metadata = self._export_component(name, submodel, inputs, _stage_config(configs[name]))
+            if name == "decode" and multi_token_decode:
+                _check_query_axis(metadata)
             exported[name] = ExportedComponent(program, metadata)
         return ExportedModel(
             {name: exported[name] for name in components},
@@ -393,3 +395,14 @@ def _check_stage_shapes(
     ]
     if problems:
         raise ConfigError("dynamic_shapes", problems)
+
+
+def _check_query_axis(metadata: ExportMetadata) -> None:
+    """A multi-token decode graph whose query axis came out fixed at several tokens cannot run a one-token step."""
+    ids = next((s for s in metadata.inputs if s.name in ("input_ids", "decoder_input_ids")), None)
+    if ids is not None and len(ids.shape) == 2 and isinstance(ids.shape[1], int) and ids.shape[1] > 1:
+        raise UnsupportedError(
+            f"the decode graph was exported for multi_token_decode=True, but its query axis came out fixed at "
+            f"{ids.shape[1]} tokens (the model's code or the backend's lowering specialised it), so it cannot run a "
+            "one-token decode step. Export with multi_token_decode=False."
+        )
