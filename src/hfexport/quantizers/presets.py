@@ -41,7 +41,6 @@ MLP_MODULES = (r"(^|\.)mlp\.(gate_proj|up_proj|down_proj)$",)
 DOWN_PROJ_MODULES = (r"(^|\.)mlp\.down_proj$",)
 LM_HEAD_MODULES = (r"(^|\.)lm_head$",)
 EMBEDDING_MODULES = (r"(^|\.)embed_tokens$",)  # NNCF's ONNX backend leaves a Gather's table float; int8 per row
-WEIGHT_ONLY_MODULES = MLP_MODULES
 # Static (calibrated) per-tensor activations also lose the outliers of the other RMSNorm-fed projections (q, k, v,
 # and the tied lm_head after the final norm); SmolLM2, ORT static, 4 evaluation prompts: MLP float 85.5 %, + lm_head
 # 88.3 %, + q, k, v 91.4 % (o_proj, fed by the attention output, keeps static int8 activations). ORT dynamic (one
