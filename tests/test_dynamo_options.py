@@ -106,13 +106,10 @@ def test_gqa_models_trace_grouped_sdpa_instead_of_copying_the_cache():
     assert "dynamo-sdpa-gqa" not in plain.components["model"].metadata.workarounds
 
 
-def test_static_multi_token_decode_serves_the_prefill_and_saves_one_program(tmp_path):
-    """One graph for prompt and steps: one .pt2 (the weights once), and generate() still equals eager (a static
-    cache fixes the batch size at export: 2 here)."""
+@pytest.fixture(scope="module")
+def static_llama():
+    """The tiny Llama exported with a static cache of 64 and one multi-token decode graph, traced at batch 2."""
     import copy
-    import json
-
-    from hfexport import ExportedModel
 
     case = TINY_CASES["llama"]
     model = case.build()
@@ -121,6 +118,17 @@ def test_static_multi_token_decode_serves_the_prefill_and_saves_one_program(tmp_
     exported = DynamoExporter().export_for_generation(
         model, case.inputs(2, 6), DynamoConfig(dynamic=True), generation_config=gen, multi_token_decode=True
     )
+    return case, model, gen, exported
+
+
+def test_static_multi_token_decode_serves_the_prefill_and_saves_one_program(tmp_path, static_llama):
+    """One graph for prompt and steps: one .pt2 (the weights once), and generate() still equals eager (a static
+    cache fixes the batch size at export: 2 here)."""
+    import json
+
+    from hfexport import ExportedModel
+
+    case, model, gen, exported = static_llama
     assert exported.components["prefill"] is exported.components["decode"]
     exported.save_pretrained(tmp_path)
     manifest = json.loads((tmp_path / "export.json").read_text())
@@ -135,7 +143,7 @@ def test_static_multi_token_decode_serves_the_prefill_and_saves_one_program(tmp_
     assert torch.equal(reloaded.generate(**prompt, max_new_tokens=12, generation_config=gen), expected)
 
 
-def test_static_cache_made_for_another_batch_runs_in_place_or_fails_clearly():
+def test_static_cache_made_for_another_batch_runs_in_place_or_fails_clearly(static_llama):
     """torch.export compares a cache's whole pytree context, which for a StaticCache records ``batch_size``: a cache
     the caller built at batch 3 runs on a batch-dynamic export traced at batch 2 (its tensors rebound into the traced
     structure, so the write lands in the caller's cache), and a fresh, still unallocated StaticCache gets an
@@ -144,13 +152,7 @@ def test_static_cache_made_for_another_batch_runs_in_place_or_fails_clearly():
 
     from transformers import StaticCache
 
-    case = TINY_CASES["llama"]
-    model = case.build()
-    gen = copy.deepcopy(model.generation_config)
-    gen.do_sample, gen.cache_implementation, gen.max_cache_len = False, "static", 64
-    exported = DynamoExporter().export_for_generation(
-        model, case.inputs(2, 6), DynamoConfig(dynamic=True), generation_config=gen, multi_token_decode=True
-    )
+    case, model, gen, exported = static_llama
     decode = exported.runner("decode")
     prompt = case.inputs(3, 9, padded=False)
     mask = (torch.arange(64) <= 9).view(1, 1, 1, 64).expand(3, 1, 1, 64)
