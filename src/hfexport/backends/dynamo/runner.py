@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import functools
 from typing import Any
 
 import torch
@@ -76,6 +77,14 @@ class DynamoRunner(ModelRunner):
                 "like the ones you run; for sliding-window models trace a sequence longer than the window."
             ) from e
 
+    @functools.cached_property
+    def _traced_specs(self) -> dict[str, pytree.TreeSpec]:
+        """Each traced kwarg's pytree spec, parsed once (a caller's own cache is rebound at every step)."""
+        spec = load_spec(self.metadata.in_spec)
+        kwargs_spec = spec.child(1) if spec.type is tuple and spec.num_children == 2 else spec
+        names = list(kwargs_spec.context) if kwargs_spec.type is dict else []
+        return {name: kwargs_spec.child(i) for i, name in enumerate(names)}
+
     def _rebind_caches(self, call: dict[str, Any], error: ValueError) -> dict[str, Any]:
         """Put each cache's tensors into the traced cache's structure, when only plain attributes differ.
 
@@ -84,14 +93,11 @@ class DynamoRunner(ModelRunner):
         and its guards accept the tensors. The tensors themselves are kept (not copied), so in-place cache writes
         still land in the caller's cache. A cache with another number of tensors cannot be rebound: a clear error.
         """
-        spec = load_spec(self.metadata.in_spec)
-        kwargs_spec = spec.child(1) if spec.type is tuple and spec.num_children == 2 else spec
-        names = list(kwargs_spec.context) if kwargs_spec.type is dict else []
         rebound = dict(call)
         for key, value in call.items():
-            if not is_cache(value) or key not in names:
+            traced = self._traced_specs.get(key)
+            if not is_cache(value) or traced is None:
                 continue
-            traced = kwargs_spec.child(names.index(key))
             leaves = tensor_leaves(value)
             if len(leaves) != traced.num_leaves:
                 raise UnsupportedError(
