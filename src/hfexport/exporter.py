@@ -175,7 +175,7 @@ class HfExporter(abc.ABC):
             submodel, inputs = components[name]
             decode = exported.get("decode")
             if name == "prefill" and decode is not None and configs["prefill"] == configs["decode"] and (
-                self.serves_prefill(decode, inputs, multi_token_decode)
+                self.serves_prefill(decode, inputs, multi_token_decode) or _rereads(components, decode)
             ):
                 exported[name] = decode
                 continue
@@ -406,3 +406,22 @@ def _check_query_axis(metadata: ExportMetadata) -> None:
             f"{ids.shape[1]} tokens (the model's code or the backend's lowering specialised it), so it cannot run a "
             "one-token decode step. Export with multi_token_decode=False."
         )
+
+
+def _rereads(components: Mapping[str, Any], decode: ExportedComponent) -> bool:
+    """Whether the decode graph is a model's whole-sequence forward (a model that keeps no cache, see
+    ``capture.decompose.rereads_sequence``): then it runs the prefill too, and ``generate()`` feeds it the sequence
+    so far at each step."""
+    from .capture.decompose import rereads_sequence
+
+    if any(v.get("kind") == "cache" for v in decode.metadata.kwargs.values()):
+        return False
+    if not rereads_sequence([components["prefill"][1], components["decode"][1]]):
+        return False
+    ids = next((s for s in decode.metadata.inputs if s.name == "input_ids"), None)
+    if ids is None or len(ids.shape) != 2 or isinstance(ids.shape[1], int):
+        raise UnsupportedError(
+            f"{decode.metadata.architecture} keeps no cache: generate() runs it on the whole sequence at every "
+            "step, but its graph came out with a fixed sequence length. Export with dynamic=True."
+        )
+    return True

@@ -29,6 +29,7 @@ _MASK_KEYS = ("attention_mask", "decoder_attention_mask")
 # generate() passes logits_to_keep=1 for speed; exported graphs return logits for every query position instead,
 # as a caller of a multi-token decode (and the spec's decode loop) expects
 _NOT_TRACED = ("logits_to_keep",)
+_GENERATE_HINTS = ("next_sequence_length", "is_first_iteration")
 
 
 class _Recorder:
@@ -36,13 +37,17 @@ class _Recorder:
 
     def __init__(self, module: torch.nn.Module):
         self.calls: list[dict[str, Any]] = []
-        self._params = list(inspect.signature(module.forward).parameters)
+        parameters = inspect.signature(module.forward).parameters
+        self._params = list(parameters)
+        # generate()'s own per-step hints, which a forward that does not name them swallows through **kwargs and
+        # ignores; torch.export would refuse their dynamic_shapes keys (not the forward's argument names)
+        self._hints = tuple(k for k in _GENERATE_HINTS if k not in parameters)
         self._handle = module.register_forward_pre_hook(self._hook, with_kwargs=True)
 
     def _hook(self, module: torch.nn.Module, args: tuple, kwargs: dict) -> None:
         named = dict(zip(self._params, args))
         named.update(kwargs)
-        for key in _NOT_TRACED:
+        for key in (*_NOT_TRACED, *self._hints):
             named.pop(key, None)
         self.calls.append(copy.deepcopy(named))
 
@@ -195,6 +200,12 @@ def decompose_prefill_decode(
             "(prefill, then decode): the model's generate() does not call its own forward for each step (it may "
             "delegate to an inner model); call decompose_prefill_decode on the module that generate() runs"
         )
+    if rereads_sequence(calls):
+        # no cache kept: each step is one forward over the whole sequence so far, the prefill's computation, so the
+        # decode component is that call too (an export serves it with the prefill's graph, generate() feeds it the
+        # whole sequence); the cache and generate's bookkeeping the forward only swallowed through **kwargs go
+        prefill = _without_swallowed(model, calls[0])
+        return {"prefill": (model, prefill), "decode": (model, _without_swallowed(model, calls[1]))}
     first = 1 if _cache_length(calls[1]) >= 2 or len(calls) <= needed else 2
     decode = merge_decode_calls(calls[first], calls[first + 1]) if multi_token_decode else calls[first]
     out: dict[str, tuple[torch.nn.Module, dict]] = {}
@@ -203,6 +214,32 @@ def decompose_prefill_decode(
     out["prefill"] = (model, calls[0])
     out["decode"] = (model, decode)
     return out
+
+
+# what generate() passes every forward; a forward that names none of them takes them through **kwargs and drops them
+_GENERATE_BOOKKEEPING = ("past_key_values", "next_sequence_length", "is_first_iteration", "use_cache", "cache_position")
+
+
+def rereads_sequence(calls: list[Mapping[str, Any]]) -> bool:
+    """Whether generate() fed the model its whole sequence again at the first decode step: a model that keeps no
+    cache (OpenAI GPT, XLNet, ...) and recomputes every position at each step."""
+    ids0, ids1 = calls[0].get("input_ids"), calls[1].get("input_ids") if len(calls) > 1 else None
+    if not isinstance(ids0, torch.Tensor) or not isinstance(ids1, torch.Tensor):
+        return False
+    return ids1.shape[-1] > ids0.shape[-1]
+
+
+def _without_swallowed(model: torch.nn.Module, call: Mapping[str, Any]) -> dict[str, Any]:
+    """``call`` less generate's bookkeeping the forward takes only through ``**kwargs``, and less the ``None``s it
+    passes for a parameter whose default is ``None`` (a program input of its own on ExecuTorch)."""
+    params = {
+        name: p for name, p in inspect.signature(model.forward).parameters.items()
+        if p.kind not in (inspect.Parameter.VAR_KEYWORD, inspect.Parameter.VAR_POSITIONAL)
+    }
+    return {
+        k: v for k, v in call.items()
+        if (k in params or k not in _GENERATE_BOOKKEEPING) and not (v is None and k in params and params[k].default is None)
+    }
 
 
 def _has_recurrent_state(value: Any) -> bool:

@@ -94,3 +94,4 @@ def resolve_dynamic_shapes(config: Any, inputs: Mapping[str, Any]) -> dict[str, 
     if getattr(config, "dynamic", False):
         return auto_dynamic_shapes(inputs)
     return None
+

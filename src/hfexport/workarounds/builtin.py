@@ -8,3 +8,4 @@ from . import onnx_dequantize_per_channel  # noqa: F401
 from . import quantize_ort_attention, quantize_xnnpack_int_scalars  # noqa: F401
 from . import openvino_index_add  # noqa: F401
 from . import openvino_repeated_outputs  # noqa: F401
+from . import torch_var_keyword_inputs  # noqa: F401
