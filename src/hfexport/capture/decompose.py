@@ -283,6 +283,13 @@ def decompose_for_generation(
     from .multimodal import is_multimodal
 
     components = decompose_prefill_decode(model, inputs, generation_config, multi_token_decode)
+    prefill_model, prefill_inputs = components["prefill"]
+    if not is_multimodal(model) and "mm_encoder_outputs" in prefill_inputs:
+        from .multimodal import with_modality_inputs
+
+        # a model whose encoders this package does not split out (Fuyu, Gemma4 unified): generate() ran them before
+        # the first forward; the prefill graph runs them itself on the modality inputs, as a caller passes them
+        components["prefill"] = (prefill_model, with_modality_inputs(prefill_model, prefill_inputs, inputs))
     if is_multimodal(model):
         from .multimodal import decompose_multimodal, with_modality_inputs
 
