@@ -1,9 +1,11 @@
 """What a quantized export costs and keeps: weight bytes on disk, and greedy top-1 agreement with eager PyTorch.
 
 - :func:`weight_bytes`: the bytes an export's saved folder spends on weights (``.pt2`` weight/constant entries,
-  ONNX initializers and tensor constants, the OpenVINO ``.bin``, the whole ``.pte``), read from the files.
+  ONNX initializers and tensor constants, the OpenVINO ``.bin``, the whole ``.pte`` and its ``.ptd`` data file, a
+  Dynamo export's ``shared_weights.safetensors``), read from the files.
 - :func:`top1_agreement`: eager greedy-decodes ``steps`` tokens; the export is then run teacher-forced on eager's
-  tokens, and each step scores whether its argmax is eager's token.
+  tokens (a generation export through its own prefill and decode graphs), and each step scores whether its argmax is
+  eager's token.
 """
 
 from __future__ import annotations
@@ -43,7 +45,7 @@ def weight_bytes(folder: str | Path) -> int:
                 )
         elif path.suffix == ".onnx":
             total += _onnx_tensor_bytes(path, external)
-        elif path.suffix in (".bin", ".pte"):
+        elif path.suffix in (".bin", ".pte", ".ptd", ".safetensors"):
             total += path.stat().st_size
     return total
 
@@ -68,21 +70,33 @@ def _onnx_tensor_bytes(path: Path, external: set[tuple[str, int, int]]) -> int:
 
 
 def eager_greedy(model: torch.nn.Module, input_ids: torch.Tensor, steps: int) -> torch.Tensor:
-    """Eager greedy continuation: the prompt followed by ``steps`` tokens (no early stop at EOS)."""
+    """Eager greedy continuation: the prompt followed by ``steps`` argmax tokens, EOS included like any other token.
+
+    A loop of its own over a ``DynamicCache`` rather than ``model.generate``: generate cannot run past EOS without
+    ``min_new_tokens``, whose logits processor masks EOS, so the "greedy" token at such a step is not the argmax the
+    export is scored against (measured: the tiny Llama's step 44, EOS 0.474 vs 0.432).
+    """
+    from transformers import DynamicCache
+
+    sequence = input_ids
+    cache = DynamicCache(config=model.config)
     with torch.no_grad():
-        return model.generate(
-            input_ids=input_ids, attention_mask=torch.ones_like(input_ids), max_new_tokens=steps,
-            min_new_tokens=steps, do_sample=False, num_beams=1,
-        )
+        new = input_ids
+        for _ in range(steps):
+            out = model(input_ids=new, attention_mask=torch.ones_like(sequence), past_key_values=cache, use_cache=True)
+            new = out.logits[:, -1].argmax(-1, keepdim=True)
+            sequence = torch.cat([sequence, new], dim=-1)
+    return sequence
 
 
 def top1_agreement(exported: Any, sequence: torch.Tensor, prompt_len: int) -> float:
     """Share of the decode steps (teacher-forced on eager's greedy ``sequence``) where the export's argmax is eager's
     next token.
 
-    ``exported`` is a single-graph export, or an ``export_for_generation`` result with a dynamic cache (its prefill
-    graph): one forward over the whole sequence, where the causal mask makes each position a decode step on eager's
-    tokens.
+    ``exported`` is a single-graph export: one forward over the whole sequence, where the causal mask makes each
+    position a decode step on eager's tokens; or an ``export_for_generation`` result: its prefill graph on the prompt,
+    then its decode graph once per step, each fed eager's token (the cache the export wrote itself), as ``generate``
+    runs it.
     """
     target = sequence[:, prompt_len:]
     if "decode" not in getattr(exported, "components", {}):
@@ -90,20 +104,19 @@ def top1_agreement(exported: Any, sequence: torch.Tensor, prompt_len: int) -> fl
         logits = exported(input_ids=inputs, attention_mask=torch.ones_like(inputs)).logits
         predicted = logits[:, prompt_len - 1 :].argmax(-1)
     else:
-        predicted = _stepwise(exported, sequence, prompt_len)
+        predicted = _forced_decode(exported, sequence, prompt_len)
     return float((predicted == target).float().mean())
 
 
-def _stepwise(exported: Any, sequence: torch.Tensor, prompt_len: int) -> torch.Tensor:
-    """The export's prefill graph over eager's whole sequence, on an empty cache: with the causal mask, each
-    position is one decode step teacher-forced on eager's tokens (the decode graph picks its own tokens in
-    ``generate``, so it cannot be teacher-forced from outside)."""
-    from ..generation import TextState, _Component
+def _forced_decode(exported: Any, sequence: torch.Tensor, prompt_len: int) -> torch.Tensor:
+    """The export's own prefill + decode loop, each decode step fed eager's token instead of the export's pick."""
+    from ..generation import decoder_session
 
-    component = _Component(exported, "prefill")
-    inputs = sequence[:, :-1]
-    state = TextState(torch.ones_like(inputs), 0, None, None)
-    call = state.kwargs(component, 0, inputs.shape[1], component.initial_cache(inputs.shape[0]))
-    call["input_ids"] = inputs
-    logits = component.runner(**call).logits
-    return logits[:, prompt_len - 1 :].argmax(-1)
+    steps = sequence.shape[1] - prompt_len
+    prompt = sequence[:, :prompt_len]
+    _, logits, step = decoder_session(exported, {"input_ids": prompt, "attention_mask": torch.ones_like(prompt)},
+                                      steps)
+    predicted = [logits[:, -1].argmax(-1)]
+    for index in range(steps - 1):
+        predicted.append(step(sequence[:, prompt_len + index])[:, -1].argmax(-1))
+    return torch.stack(predicted, dim=-1)

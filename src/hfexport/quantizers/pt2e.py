@@ -81,9 +81,12 @@ def x86_int8(calibration_dataset: Iterable[dict[str, Any]] | None = None) -> PT2
     )
 
 
-def xnnpack_int8(calibration_dataset: Iterable[dict[str, Any]] | None = None) -> PT2EQuantizer:
+def xnnpack_int8(
+    calibration_dataset: Iterable[dict[str, Any]] | None = None, dynamic: bool = False
+) -> PT2EQuantizer:
     """``PT2EQuantizer`` with ExecuTorch's ``XNNPACKQuantizer`` (int8 symmetric, per-channel weights, on the
-    ``nn.Linear`` layers): ExecuTorch."""
+    ``nn.Linear`` layers): ExecuTorch. ``dynamic``: the activations are quantized at run time, per call (XNNPACK's
+    dynamically quantized fully-connected), instead of with static calibrated scales."""
     from executorch.backends.xnnpack.quantizer.xnnpack_quantizer import (
         XNNPACKQuantizer,
         get_symmetric_quantization_config,
@@ -91,5 +94,5 @@ def xnnpack_int8(calibration_dataset: Iterable[dict[str, Any]] | None = None) ->
 
     # the linear layers only: annotating every op also observes the mask arithmetic, whose integer index the
     # prepared graph then refuses ("tensors used as indices must be long") on a calibration forward
-    config = get_symmetric_quantization_config(is_per_channel=True)
+    config = get_symmetric_quantization_config(is_per_channel=True, is_dynamic=dynamic)
     return PT2EQuantizer(XNNPACKQuantizer().set_module_type(torch.nn.Linear, config), calibration_dataset)

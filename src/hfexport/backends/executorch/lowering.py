@@ -47,7 +47,8 @@ def lower(
 ) -> Any:
     """Lower a traced program for ``target`` and build its ``ExecutorchProgramManager``; ``external``: its weights
     in one ``.ptd`` (a tied weight stored once, see :mod:`.weights`)."""
-    from executorch.exir import to_edge_transform_and_lower
+    import executorch.kernels.quantized  # noqa: F401  (the out variants of quantized_decomposed ops left outside
+    from executorch.exir import to_edge_transform_and_lower  # a delegate, e.g. an int8 embedding's dequantize)
 
     timings = {} if timings is None else timings
     cap_dynamic_dims(program)

@@ -50,9 +50,14 @@ def _check_xnnpack(model: Any, inputs: Mapping[str, Any]) -> None:
 
 
 def _xnnpack_partitioners(model: Any) -> list:
+    from executorch.backends.xnnpack.partition.config.xnnpack_config import ConfigPrecisionType
     from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
 
-    return [XnnpackPartitioner()]
+    # dynamically quantized linears first, each its own partition (as ExecuTorch's LLM export does): grouped with
+    # the rest, their run-time choose_qparams nodes made "Invalid partition, found dependency cycles" (SmolLM2,
+    # static cache); a graph without dynamic quantization has nothing for it to take
+    dynamic = XnnpackPartitioner(config_precisions=ConfigPrecisionType.DYNAMIC_QUANT, per_op_mode=True)
+    return [dynamic, XnnpackPartitioner()]
 
 
 # --- cuda -------------------------------------------------------------------------------------------------------------
