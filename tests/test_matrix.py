@@ -94,6 +94,17 @@ def test_a_shrunk_model_builds_small_deterministic_and_runs_on_its_sample_inputs
     assert logits.shape[:2] == inputs["decoder_input_ids"].shape and logits.shape[-1] == 256
 
 
+def test_a_bert_style_decoder_class_is_built_as_a_decoder_and_generates_through_its_export():
+    """BertGenerationDecoder is causal, with a cache, only with is_decoder=True (transformers tells a standalone user
+    to set it); built without it, its prefill returned no cache and every backend's generate failed."""
+    from hfexport.matrix.worker import run_case
+
+    assert build_model("bert-generation", "BertGenerationDecoder").config.is_decoder is True
+    assert build_model("bert", "BertForMaskedLM").config.is_decoder is False  # an encoder stays one
+    row = run_case("bert-generation", "BertGenerationDecoder", "text-generation", "dynamo", "generate")
+    assert row["status"] == "pass" and row["mismatched_tokens"] == 0, row
+
+
 def test_image_text_models_get_one_image_and_as_many_placeholder_tokens_as_image_features():
     import torch
 

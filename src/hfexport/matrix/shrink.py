@@ -194,6 +194,9 @@ def tiny_config(model_type: str, fit: bool = False) -> Any:
     return config_class(**kwargs)
 
 
+_CAUSAL_SUFFIXES = ("ForCausalLM", "Decoder", "LMHeadModel")
+
+
 def build_model(model_type: str, class_name: str) -> Any:
     """A seeded, eval-mode, fp32 tiny instance of ``class_name`` with a greedy generation config.
 
@@ -222,6 +225,10 @@ def _build(cls: Any, config: Any) -> Any:
     import torch
     from transformers import GenerationConfig
 
+    if cls.__name__.endswith(_CAUSAL_SUFFIXES) and getattr(config, "is_decoder", None) is False:
+        # a BERT-style decoder class (BertGenerationDecoder, RobertaForCausalLM...) is causal, with a cache, only
+        # with is_decoder=True, which transformers asks a standalone user to set ("add `is_decoder=True`")
+        config.is_decoder = True
     attn = "sdpa" if getattr(cls, "_supports_sdpa", False) else "eager"
     with torch.device("meta"):  # count first: a sub-config the rules missed can mean gigabytes
         try:
