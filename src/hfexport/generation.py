@@ -14,7 +14,6 @@ import torch
 import torch.utils._pytree as pytree
 
 from .errors import UnsupportedError
-from .metadata import load_spec
 from .runner import torch_dtype
 
 __all__ = ["generate"]
@@ -127,11 +126,9 @@ class _Component:
     def initial_cache(self, batch: int) -> Any:
         """An empty cache shaped like the traced one (batch from the call, the rest from the trace)."""
         key = self.cache_key
-        spec = load_spec(self.metadata.in_spec)
-        keys = list(self.kwargs)
         if key is None:
             return None
-        child = spec.child(keys.index(key))
+        child = self.metadata.kwarg_specs()[key]
         prefix = f"{key}."
         leaves = []
         for s in self.metadata.inputs:

@@ -127,6 +127,16 @@ class ExportMetadata:
     def mutations(self) -> list[TensorSpec]:
         return [s for s in self.outputs if s.role is IORole.MUTATION]
 
+    def kwarg_specs(self) -> dict[str, pytree.TreeSpec]:
+        """Each traced kwarg's pytree spec, by name, from ``in_spec`` (a kwargs dict spec, or torch.export's
+        ``(args, kwargs)`` pair)."""
+        if not self.in_spec:
+            return {}
+        spec = load_spec(self.in_spec)
+        kwargs_spec = spec.child(1) if spec.type is tuple and spec.num_children == 2 else spec
+        names = list(kwargs_spec.context) if kwargs_spec.type is dict else []
+        return {name: kwargs_spec.child(i) for i, name in enumerate(names)}
+
 
 # --- naming and specs -------------------------------------------------------------------------------------------
 

@@ -12,7 +12,7 @@ import torch.utils._pytree as pytree
 from ...capture.caches import is_cache, tensor_leaves
 from ...configs import ExportFormat
 from ...errors import UnsupportedError
-from ...metadata import ExportMetadata, load_spec
+from ...metadata import ExportMetadata
 from ...runner import ModelRunner, torch_dtype
 
 __all__ = ["DynamoRunner"]
@@ -80,10 +80,7 @@ class DynamoRunner(ModelRunner):
     @functools.cached_property
     def _traced_specs(self) -> dict[str, pytree.TreeSpec]:
         """Each traced kwarg's pytree spec, parsed once (a caller's own cache is rebound at every step)."""
-        spec = load_spec(self.metadata.in_spec)
-        kwargs_spec = spec.child(1) if spec.type is tuple and spec.num_children == 2 else spec
-        names = list(kwargs_spec.context) if kwargs_spec.type is dict else []
-        return {name: kwargs_spec.child(i) for i, name in enumerate(names)}
+        return self.metadata.kwarg_specs()
 
     def _rebind_caches(self, call: dict[str, Any], error: ValueError) -> dict[str, Any]:
         """Put each cache's tensors into the traced cache's structure, when only plain attributes differ.
