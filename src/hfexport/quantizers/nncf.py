@@ -212,6 +212,7 @@ class NNCFOnnxQuantizer(_NNCFQuantizer):
 
         from .onnxruntime import onnx_calibration
 
+        from .onnx_gather import gather_before_dequantize
         from .onnx_weights import int8_weight_only, nodes_in_modules
 
         _fold_weight_transposes(model)
@@ -220,6 +221,9 @@ class NNCFOnnxQuantizer(_NNCFQuantizer):
         quantized = ir.serde.deserialize_model(self._run(ir.serde.serialize_model(model), calibration, weight_only))
         if isinstance(self.config, NNCFQuantizationConfig):
             int8_weight_only(quantized, weight_only)  # NNCF keeps the names of the nodes it leaves alone
+        # an int8 embedding (NNCF's backup mode, or ours): dequantize the looked-up rows only, from a tied lm_head's
+        # copy when it holds the same codes
+        gather_before_dequantize(quantized)
         return quantized
 
 

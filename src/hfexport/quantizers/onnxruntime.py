@@ -90,6 +90,7 @@ class OnnxRuntimeQuantizer(ExportQuantizer):
     def quantize(self, model: Any, sample_inputs: dict[str, Any], export_format: ExportFormat) -> Any:
         import onnx_ir as ir
 
+        from .onnx_gather import gather_before_dequantize
         from .onnx_weights import int8_weight_only, nodes_in_modules
 
         weight_only = nodes_in_modules(model, self.weight_only_modules, ("MatMul",))  # ONNX Runtime does the embedding
@@ -102,6 +103,7 @@ class OnnxRuntimeQuantizer(ExportQuantizer):
             quantized = ir.load(target)
             _load_in_memory(quantized)  # before the temporary directory goes
         int8_weight_only(quantized, weight_only)  # ONNX Runtime left them float (nodes_to_exclude keeps their names)
+        gather_before_dequantize(quantized)  # an int8 embedding: dequantize the looked-up rows only
         return quantized
 
     def _quantize(
