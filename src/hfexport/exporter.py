@@ -261,16 +261,18 @@ class HfExporter(abc.ABC):
         *,
         packages: tuple[str, ...] = (),
         transform: Callable[[torch.export.ExportedProgram], torch.export.ExportedProgram] | None = None,
+        static_caches: bool = False,
     ) -> tuple[torch.export.ExportedProgram, ExportMetadata]:
         """``torch.export`` the model on prepared inputs, with the registered workarounds applied.
 
         Returns the program and its metadata. ``transform`` runs on the program before the metadata is read
-        (e.g. a quantizer over the FX graph).
+        (e.g. a quantizer over the FX graph). ``static_caches``: the caches keep their traced sizes whatever
+        ``config.dynamic`` says (see :func:`~hfexport.capture.shapes.resolve_dynamic_shapes`).
         """
         check_attention_implementation(model)
         model, inputs, flags = prepare_for_export(model, sample_inputs)
         register_cache_classes(model)
-        dynamic_shapes = resolve_dynamic_shapes(config, inputs)
+        dynamic_shapes = resolve_dynamic_shapes(config, inputs, static_caches=static_caches)
         was_training = model.training
         model.eval()
         try:

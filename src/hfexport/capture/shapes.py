@@ -61,12 +61,32 @@ def _unit_dims_static(spec: Any, value: Any) -> Any:
     return kept or None
 
 
-def resolve_dynamic_shapes(config: Any, inputs: Mapping[str, Any]) -> dict[str, Any] | None:
+def resolve_dynamic_shapes(
+    config: Any, inputs: Mapping[str, Any], static_caches: bool = False
+) -> dict[str, Any] | None:
     """The ``dynamic_shapes`` to pass to ``torch.export`` for ``config``, checked against ``inputs``.
 
     Explicit ``config.dynamic_shapes`` wins over ``config.dynamic``; kwargs it does not name stay static (a cache
-    as the list of its tensors, each static), except in a :class:`StageDynamicShapes`, where they get ``Dim.AUTO``.
+    as the list of its tensors, each static), except in a :class:`StageDynamicShapes`, where they get ``Dim.AUTO``
+    (but a ``StaticCache``, whose size is fixed, stays static). ``static_caches``: every cache the explicit spec
+    does not name stays static, with ``dynamic=True`` too (ExecuTorch keeps a static cache as fixed-size state).
     """
+    shapes = _resolve(config, inputs)
+    if not static_caches or not inputs:
+        return shapes
+    named = getattr(config, "dynamic_shapes", None)
+    named = named if isinstance(named, Mapping) else {}
+    if shapes is None:
+        return None
+    return {k: _auto(inputs[k], static=True) if is_cache(inputs[k]) and k not in named else v
+            for k, v in shapes.items()}
+
+
+def _is_static_cache(value: Any) -> bool:
+    return is_cache(value) and type(value).__name__ == "StaticCache"
+
+
+def _resolve(config: Any, inputs: Mapping[str, Any]) -> dict[str, Any] | None:
     explicit = getattr(config, "dynamic_shapes", None)
     if explicit is not None:
         if not isinstance(explicit, Mapping):
@@ -89,7 +109,7 @@ def resolve_dynamic_shapes(config: Any, inputs: Mapping[str, Any]) -> dict[str, 
                     problems.append(f"{key!r}: dims {bad} out of range for a {value.dim()}-d tensor")
         if problems:
             raise ConfigError("dynamic_shapes", problems)
-        return {key: explicit[key] if key in explicit else _auto(value, static=not stage)
+        return {key: explicit[key] if key in explicit else _auto(value, static=not stage or _is_static_cache(value))
                 for key, value in inputs.items()}
     if getattr(config, "dynamic", False):
         return auto_dynamic_shapes(inputs)

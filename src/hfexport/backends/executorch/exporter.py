@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import shutil
 import time
@@ -13,8 +12,6 @@ from typing import Any
 
 import torch
 
-from ...capture.caches import is_cache, register_cache_classes
-from ...capture.shapes import auto_dynamic_shapes
 from ...configs import ExecutorchConfig, ExportFormat
 from ...exporter import HfExporter
 from ...metadata import ExportMetadata
@@ -59,10 +56,8 @@ class ExecutorchExporter(HfExporter):
     ) -> tuple[Any, ExportMetadata]:
         target = target_for(config.backend)
         target.check(model, sample_inputs)
-        config = _with_static_cache_shapes(config, sample_inputs)  # before tracing: a machine that cannot lower says so at once
+        # a cache kept as state is a buffer of fixed size: its dims stay static (and a static cache's always do)
         stateful = keeps_cache_state(config, sample_inputs)
-        if stateful:
-            config = _with_static_cache_shapes(config, sample_inputs, force=True)  # a buffer has a fixed size
         external = config.backend == "xnnpack" and has_tied_weights(model)  # a tied weight stored once, in a .ptd
         quantizer = config.quantizer
         if quantizer is not None:
@@ -89,7 +84,8 @@ class ExecutorchExporter(HfExporter):
             try:
                 leaves.append(CUSTOM_OPS_STATE)
                 with llama_custom_ops(sample_inputs) as traced:
-                    _, metadata = self.trace(model, _contiguous(traced), config, packages=_PACKAGES, transform=convert)
+                    _, metadata = self.trace(model, _contiguous(traced), config, packages=_PACKAGES, transform=convert,
+                                             static_caches=stateful)
                 record_state_layout(metadata)
             except Exception as e:  # noqa: BLE001 - only an attention the kernels cannot express falls back
                 unsupported = _cause(e, CustomOpsUnsupported)
@@ -102,7 +98,8 @@ class ExecutorchExporter(HfExporter):
                 start = time.perf_counter()
         if metadata is None:
             logger.info("ExecuTorch: SDPA attention over the whole cache (no llama custom ops: %s)", reason)
-            _, metadata = self.trace(model, _contiguous(sample_inputs), config, packages=_PACKAGES, transform=convert)
+            _, metadata = self.trace(model, _contiguous(sample_inputs), config, packages=_PACKAGES, transform=convert,
+                                     static_caches=stateful)
         record_program_outputs(lowered[0], metadata, state=folded[0])
         self.phase_timings.append(timings)
         return lowered[0], metadata
@@ -143,42 +140,6 @@ class ExecutorchExporter(HfExporter):
         program = Runtime.get().load_program(Path(path), data_path=data if data.exists() else None)
         program.hfexport_path = str(path)
         return program
-
-
-def _with_static_cache_shapes(config: ExecutorchConfig, inputs: Mapping[str, Any],
-                              force: bool = False) -> ExecutorchConfig:
-    """Explicit ``dynamic_shapes`` that leave a cache out: give the cache its all-static spec tree. With ``force``
-    (a cache kept as state), ``dynamic=True`` too: every other input keeps its automatic dynamic dims.
-
-    ``torch.export`` takes ``None`` for an unnamed tensor kwarg but not for a cache (a custom pytree node): it wants
-    the node's own structure ("Node type mismatch; expected list, got NoneType"). The spec's zero-copy C++ loop
-    needs exactly this config: only the query axis dynamic, the cache at its fixed size.
-    """
-    explicit = config.dynamic_shapes
-    if force and explicit is None and config.dynamic:
-        # every input but the cache (a dict of per-layer-type masks too) keeps its automatic dims
-        explicit = auto_dynamic_shapes({k: v for k, v in inputs.items()
-                                        if isinstance(v, torch.Tensor | dict | list | tuple) and not is_cache(v)})
-    if not isinstance(explicit, Mapping):
-        return config
-    missing = {k: v for k, v in inputs.items() if k not in explicit and is_cache(v)}
-    if not missing:
-        return config if explicit is config.dynamic_shapes else dataclasses.replace(config, dynamic_shapes=explicit)
-    register_cache_classes()  # the cache's pytree node gives the structure
-    shapes = type(explicit)(explicit)  # a StageDynamicShapes stays one (its other unnamed inputs get Dim.AUTO)
-    for key, auto in auto_dynamic_shapes(missing).items():
-        shapes[key] = _all_static(auto)
-    return dataclasses.replace(config, dynamic_shapes=shapes)
-
-
-def _all_static(spec: Any) -> Any:
-    if isinstance(spec, dict) and all(isinstance(k, int) for k in spec):
-        return None  # one tensor's dims
-    if isinstance(spec, dict):
-        return {k: _all_static(v) for k, v in spec.items()}
-    if isinstance(spec, list | tuple):
-        return type(spec)(_all_static(v) for v in spec)
-    return None
 
 
 def _cause(error: BaseException, kind: type) -> BaseException | None:
