@@ -38,7 +38,6 @@ RECIPES = ("pt2e-int8", "ort-dynamic", "ort-static", "nncf-int8", "nncf-int4")
 # down projections float, 94 % with the whole MLP; NNCF on OpenVINO (SmoothQuant, 12 realistic calibration prompts)
 # 84 % -> 95 % with the down projections, 88 % with the whole MLP.
 MLP_MODULES = (r"(^|\.)mlp\.(gate_proj|up_proj|down_proj)$",)
-DOWN_PROJ_MODULES = (r"(^|\.)mlp\.down_proj$",)
 LM_HEAD_MODULES = (r"(^|\.)lm_head$",)
 EMBEDDING_MODULES = (r"(^|\.)embed_tokens$",)  # NNCF's ONNX backend leaves a Gather's table float; int8 per row
 # Static (calibrated) per-tensor activations also lose the outliers of the other RMSNorm-fed projections (q, k, v,
@@ -137,12 +136,10 @@ def _nncf(name: str, fmt: Any, calibration: Iterable[dict] | None) -> ExportQuan
         # weight-only on the FX graph: ExecuTorch lowers nothing else, and nncf.quantize fails on a Llama FX graph
         # in NNCF 3.4 (min-max statistics of the boolean mask, then SmoothQuant modules torch.export cannot re-trace)
         return cls(NNCFWeightCompressionConfig(mode=nncf.CompressWeightsMode.INT8_SYM))
-    weight_only = DOWN_PROJ_MODULES + EMBEDDING_MODULES
-    if fmt == ExportFormat.ONNX:
-        # NNCF's ONNX backend, SmolLM2, 4 evaluation prompts: down_proj float 89.1 %, + lm_head 90.2 % on one graph,
-        # but 87.1 % through the static-cache decode loop: all the RMSNorm-fed layers, as the ONNX Runtime recipes
-        # (OpenVINO keeps its lm_head int8 at 91.8 %)
-        weight_only = NORM_FED_MODULES + EMBEDDING_MODULES
+    # int8 weight-only (float activations) for every RMSNorm-fed layer, as the ONNX Runtime recipes: SmolLM2, 4
+    # evaluation prompts, with only the down projections (and, on ONNX, lm_head) weight-only: 91.8 % (OpenVINO) and
+    # 90.2 % (ONNX) on one graph, but 83.6 % and 87.1 % through the static-cache decode loop
+    weight_only = NORM_FED_MODULES + EMBEDDING_MODULES
     config = NNCFQuantizationConfig(advanced_parameters=_smooth_quant(SMOOTH_QUANT_ALPHA))
     return cls(config, calibration_dataset=calibration, weight_only_modules=weight_only)
 
