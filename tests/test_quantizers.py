@@ -317,8 +317,9 @@ def _weight_only(patterns):
 
 def test_int8_recipes_keep_float_activations_on_the_norm_fed_layers():
     """The per-layer choices measured on SmolLM2 (benchmarks/RESULTS_QUANTIZED.md): static activations stay on
-    o_proj only for ORT static and dynamic and PT2E (whose X86 quantizer takes the linears only, not every mul);
-    NNCF floats down_proj (and lm_head on ONNX), with SmoothQuant at 0.5."""
+    o_proj only for ORT static and dynamic, PT2E (whose X86 quantizer takes the linears only, not every mul) and
+    NNCF on ONNX and OpenVINO (with SmoothQuant at 0.5): scored through the static-cache decode loop, NNCF with only
+    down_proj float kept 83.6 % (OpenVINO) and 87.1 % (ONNX) of SmolLM2's greedy tokens."""
     from hfexport.quantizers.pt2e_weights import WeightOnlyInt8Quantizer
 
     norm_fed = ["q_proj", "k_proj", "v_proj", "gate_proj", "up_proj", "down_proj", "lm_head"]
@@ -329,9 +330,9 @@ def test_int8_recipes_keep_float_activations_on_the_norm_fed_layers():
     assert _weight_only([p.pattern for p in annotator.modules]) == norm_fed
     x86 = next(q for q in pt2e.quantizers if not isinstance(q, WeightOnlyInt8Quantizer))
     assert x86.global_config is None and list(x86.operator_type_qconfig) == [torch.ops.aten.linear.default]  # no mul
-    for fmt, floats in (("onnx", ["down_proj", "lm_head"]), ("openvino", ["down_proj"])):
+    for fmt in ("onnx", "openvino"):
         nncf_int8 = recipe("nncf-int8", fmt)
-        assert _weight_only(nncf_int8.weight_only_modules) == floats
+        assert [m for m in _weight_only(nncf_int8.weight_only_modules) if m != "embed_tokens"] == norm_fed
         assert nncf_int8.config.advanced_parameters.smooth_quant_alphas.matmul == 0.5
 
 def test_read_prompts_takes_strings_and_text_objects(tmp_path):
