@@ -51,7 +51,7 @@ PAIRS = [
     ("nncf-int4", "onnx"),
     (None, "openvino"), ("pt2e-int8", "openvino"), ("nncf-int8", "openvino"), ("nncf-int4", "openvino"),
     (None, "dynamo"), ("pt2e-int8", "dynamo"), ("nncf-int8", "dynamo"), ("nncf-int4", "dynamo"),
-    (None, "executorch"), ("pt2e-int8", "executorch"), ("nncf-int8", "executorch"), ("nncf-int4", "executorch"),
+    (None, "executorch"), ("pt2e-int8", "executorch"), ("nncf-int8", "executorch"),  # (nncf-int4: refused there)
 ]
 QUICK = [("ort-dynamic", "onnx"), ("nncf-int8", "openvino")]
 # the decode-speed artifacts: int8 on ONNX Runtime and OpenVINO, each with its fp32 reference

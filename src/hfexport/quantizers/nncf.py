@@ -144,6 +144,15 @@ class NNCFTorchFXQuantizer(_NNCFQuantizer):
                 "delegate its quantize/dequantize ops and ExecuTorch has no kernels for them; use "
                 "NNCFWeightCompressionConfig (weight-only), or PT2EQuantizer with XNNPACKQuantizer"
             )
+        mode = str(getattr(getattr(self.config, "mode", None), "name", getattr(self.config, "mode", "")) or "")
+        four_bit = "INT4" in mode.upper() or mode.upper().startswith(("NF4", "E2M1", "MXFP4", "CB4", "FP4"))
+        if export_format == ExportFormat.EXECUTORCH and four_bit:
+            raise UnsupportedError(
+                f"NNCFTorchFXQuantizer with a 4-bit weight compression ({mode}) cannot serve an ExecuTorch export: "
+                "NNCF 3.x unpacks the two 4-bit weights of each byte with aten.bitwise_right_shift, which is outside "
+                "the core ATen opset ExecuTorch's to_edge accepts (SpecViolationError, executorch 1.5.1); use an "
+                "8-bit mode (INT8_SYM / INT8_ASYM), or the nncf-int4 recipe on OpenVINO, ONNX or Dynamo"
+            )
 
     def quantize(
         self, model: torch.export.ExportedProgram, sample_inputs: dict[str, Any], export_format: ExportFormat

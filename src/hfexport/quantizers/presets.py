@@ -13,7 +13,8 @@ Each recipe picks, for an export format, the quantizer and settings that serve i
 ``nncf-int8``  NNCF ``quantize`` (int8 weights and activations, SmoothQuant alpha 0.5) on the converted ONNX /
                OpenVINO model; on the FX graph (Dynamo, ExecuTorch) NNCF int8 weight-only compression
 ``nncf-int4``  NNCF int4 weight compression (group size 32; int8 for the embeddings and the last layer, NNCF's
-               default backup), on the converted ONNX / OpenVINO model or the FX graph
+               default backup), on the converted ONNX / OpenVINO model or the FX graph (Dynamo; not ExecuTorch,
+               whose to_edge refuses the op NNCF unpacks 4-bit weights with)
 =============  ========================================================================================
 """
 
