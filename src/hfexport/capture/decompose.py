@@ -217,7 +217,7 @@ def decompose_prefill_decode(
 
 
 # what generate() passes every forward; a forward that names none of them takes them through **kwargs and drops them
-_GENERATE_BOOKKEEPING = ("past_key_values", "next_sequence_length", "is_first_iteration", "use_cache", "cache_position")
+_GENERATE_BOOKKEEPING = ("past_key_values", "use_cache", "cache_position", *_GENERATE_HINTS)
 
 
 def rereads_sequence(calls: list[Mapping[str, Any]]) -> bool:
