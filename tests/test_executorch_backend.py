@@ -132,6 +132,20 @@ def test_pte_round_trip_gives_a_runtime_program(writers, tmp_path):
     assert (again / "model.pte").read_bytes() == (tmp_path / "model.pte").read_bytes()
 
 
+def test_a_program_lowered_for_a_delegate_this_runtime_lacks_is_refused_by_name(writers):
+    """pip's runtime registers no CudaBackend: a CUDA program is refused before load_method's bare error code."""
+    import copy
+
+    from hfexport.backends.executorch.runner import ExecutorchRunner
+
+    _, planned, _ = writers
+    component = planned.components["model"]
+    metadata = copy.deepcopy(component.metadata)
+    metadata.export_config["backend"] = "cuda"
+    with pytest.raises(UnsupportedError, match=r"backend='cuda'.*CudaBackend.*does not register.*EXECUTORCH_BUILD_CUDA"):
+        ExecutorchRunner(component.program, metadata)
+
+
 def test_runner_refuses_a_gpu_device(writers):
     _, planned, _ = writers
     with pytest.raises(UnsupportedError, match="CPU tensors"):

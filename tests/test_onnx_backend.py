@@ -320,6 +320,19 @@ def test_runner_takes_providers_and_session_options(plain):
     plain.to(None)
 
 
+def test_a_cuda_device_without_the_gpu_build_names_the_pip_line(plain):
+    """ONNX Runtime only warns for a provider it lacks and falls back to the CPU; the runner refuses at once."""
+    import onnxruntime as ort
+
+    if "CUDAExecutionProvider" in ort.get_available_providers():
+        pytest.skip("this onnxruntime has the CUDA provider (onnxruntime-gpu): the refusal cannot happen here")
+    with pytest.raises(UnsupportedError, match=r"CUDAExecutionProvider.*pip install 'onnxruntime-gpu=="):
+        plain.to("cuda")
+    with pytest.raises(UnsupportedError, match="names no CUDA provider"):
+        plain.to("cuda", providers=["CPUExecutionProvider"])
+    plain.to(None)
+
+
 def test_a_graph_that_does_not_match_its_metadata_is_refused(plain, model):
     other = OnnxExporter().export(model, CASE.inputs(2, 7) | {"position_ids": torch.arange(7)[None].repeat(2, 1)},
                                   OnnxConfig(dynamic=True))

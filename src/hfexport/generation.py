@@ -39,11 +39,11 @@ def _generation_config(exported: Any, kwargs: dict) -> Any:
     return gen
 
 
-def _eos_ids(gen: Any) -> torch.Tensor | None:
+def _eos_ids(gen: Any, device: torch.device) -> torch.Tensor | None:
     eos = gen.eos_token_id
     if eos is None:
         return None
-    return torch.tensor(eos if isinstance(eos, list) else [eos], dtype=torch.long)
+    return torch.tensor(eos if isinstance(eos, list) else [eos], dtype=torch.long, device=device)
 
 
 def _warpers(gen: Any) -> Any:
@@ -68,11 +68,11 @@ def _warpers(gen: Any) -> Any:
 class _Selector:
     """Picks the next token of every row and tracks which rows have finished."""
 
-    def __init__(self, gen: Any, batch: int):
+    def __init__(self, gen: Any, batch: int, device: torch.device):
         self.gen = gen
-        self.eos = _eos_ids(gen)
+        self.eos = _eos_ids(gen, device)
         self.pad = gen.pad_token_id if gen.pad_token_id is not None else (int(self.eos[0]) if self.eos is not None else 0)
-        self.unfinished = torch.ones(batch, dtype=torch.bool)
+        self.unfinished = torch.ones(batch, dtype=torch.bool, device=device)
         self.warpers = _warpers(gen)
         self.steps = 0
 
@@ -123,7 +123,7 @@ class _Component:
         prefix = f"{key}."
         return [s.name[len(prefix):] for s in self.metadata.inputs if s.name.startswith(prefix)]
 
-    def initial_cache(self, batch: int) -> Any:
+    def initial_cache(self, batch: int, device: torch.device | str = "cpu") -> Any:
         """An empty cache shaped like the traced one (batch from the call, the rest from the trace)."""
         key = self.cache_key
         if key is None:
@@ -141,7 +141,8 @@ class _Component:
                         f"the {self.name} graph was traced for batch {s.shape[0]} (static shapes); got batch {batch}"
                     )
                 shape[0] = batch
-            leaves.append(torch.zeros(shape, dtype=torch_dtype(s.dtype)))
+            # a leaf the trace took on the CPU beside GPU weights (a counter) stays there
+            leaves.append(torch.zeros(shape, dtype=torch_dtype(s.dtype), device="cpu" if s.device == "cpu" else device))
         return pytree.tree_unflatten(leaves, child)
 
     def cache_capacity(self) -> int | None:
@@ -170,7 +171,7 @@ def _positions(mask2d: torch.Tensor) -> torch.Tensor:
 def _slot_masks(kind: str, keys: list[str], valid: torch.Tensor, q_slots: torch.Tensor, window: int | None) -> Any:
     """4D boolean masks ``[b, 1, q, K]`` over cache slots: causal, minus padding, minus out-of-window for sliding."""
     capacity = valid.shape[-1]
-    slots = torch.arange(capacity)
+    slots = torch.arange(capacity, device=valid.device)
     causal = slots[None, :] <= q_slots[:, None]
     full = causal[None, None] & valid[:, None, None, :]
     if kind == "4d":
@@ -204,6 +205,8 @@ def generate(exported: Any, **kwargs: Any) -> torch.Tensor:
 
 
 def _generate(exported: Any, kwargs: dict[str, Any]) -> torch.Tensor:
+    device = _loop_device(exported)
+    kwargs = {k: v.to(device) if isinstance(v, torch.Tensor) and v.device != device else v for k, v in kwargs.items()}
     streamer = kwargs.pop("streamer", None)
     gen = _generation_config(exported, kwargs)
     if getattr(gen, "num_beams", 1) not in (None, 1):
@@ -223,6 +226,12 @@ def _generate(exported: Any, kwargs: dict[str, Any]) -> torch.Tensor:
     return _generate_decoder(exported, gen, streamer, kwargs)
 
 
+def _loop_device(exported: Any) -> torch.device:
+    """Where the loop keeps its tensors: where the export's runners return theirs (the first component's), like
+    ``model.generate`` on ``model.device``; the caller's inputs are moved there."""
+    return exported.runner(next(iter(exported.components))).output_device
+
+
 class TextState:
     """The growing state of a decoder's text: 2D mask, positions, and (static caches) which slots hold tokens.
 
@@ -240,15 +249,16 @@ class TextState:
                 f"({capacity} positions); re-export with a larger max_cache_len"
             )
         self.length = prompt_len
-        self.mask = torch.ones(batch, total, dtype=torch.long)
+        device = mask2d.device
+        self.mask = torch.ones(batch, total, dtype=torch.long, device=device)
         self.mask[:, :prompt_len] = mask2d
         prompt_positions = _positions(mask2d) if positions is None else positions
         self.positions = torch.cat(
-            [prompt_positions, prompt_positions[..., -1:] + torch.arange(1, max_new_tokens + 1)], dim=-1
+            [prompt_positions, prompt_positions[..., -1:] + torch.arange(1, max_new_tokens + 1, device=device)], dim=-1
         )
         self.valid = None
         if capacity is not None:
-            self.valid = torch.zeros(batch, capacity, dtype=torch.bool)
+            self.valid = torch.zeros(batch, capacity, dtype=torch.bool, device=device)
             self.valid[:, :prompt_len] = mask2d.bool()
         self.window = window
         self.padded = not bool(mask2d.bool().all())
@@ -266,7 +276,7 @@ class TextState:
         if component.takes("position_ids"):
             call["position_ids"] = self.positions[..., start : start + q]
         if component.takes("cache_position"):
-            call["cache_position"] = torch.arange(start, start + q)
+            call["cache_position"] = torch.arange(start, start + q, device=self.mask.device)
         kind = component.mask_kind()
         if kind == "2d":
             call["attention_mask"] = self.mask[:, : start + q]
@@ -274,7 +284,7 @@ class TextState:
             # a growing cache's slots are the positions so far (a prefill graph traced with a prepared 4D mask)
             valid = self.valid if self.valid is not None else self.mask[:, : start + q].bool()
             call["attention_mask"] = _slot_masks(
-                kind, component.mask_keys(), valid, torch.arange(start, start + q), self.window
+                kind, component.mask_keys(), valid, torch.arange(start, start + q, device=valid.device), self.window
             )
         if component.cache_key:
             call[component.cache_key] = cache
@@ -292,7 +302,7 @@ class TextState:
 def decode_loop(gen: Any, streamer: Any, sequences: torch.Tensor, logits: torch.Tensor,
                 step: Any, stream_prompt: bool = True) -> torch.Tensor:
     """Pick tokens until EOS on every row or ``max_new_tokens``; ``step(token)`` runs the next call -> logits."""
-    selector = _Selector(gen, sequences.shape[0])
+    selector = _Selector(gen, sequences.shape[0], sequences.device)
     if streamer is not None and stream_prompt:
         streamer.put(sequences.cpu())
     for index in range(gen.max_new_tokens):
@@ -325,7 +335,7 @@ def decoder_session(exported: Any, inputs: dict, max_new_tokens: int) -> tuple[t
     text = TextState(mask2d, max_new_tokens, decode.cache_capacity(), window)
     prompt_len = input_ids.shape[-1]
     out = prefill.runner(**inputs, input_ids=input_ids,
-                         **text.kwargs(prefill, 0, prompt_len, prefill.initial_cache(input_ids.shape[0])))
+                         **text.kwargs(prefill, 0, prompt_len, prefill.initial_cache(input_ids.shape[0], input_ids.device)))
     state = {"out": out, "ids": input_ids}
     # a model that keeps no cache: the decode component is the prefill's graph, run on the whole sequence so far
     rereads = decode.cache_key is None and exported.components["decode"].program is exported.components["prefill"].program
@@ -351,10 +361,11 @@ def _generate_encoder_decoder(exported: Any, gen: Any, streamer: Any, inputs: di
     if not tensors:
         raise UnsupportedError(f"generate() got no encoder input tensor: {sorted(inputs)}")
     batch = tensors[0].shape[0]  # input_ids, input_features, input_values, pixel_values...: all batch-first
+    device = tensors[0].device
     start = gen.decoder_start_token_id
     if start is None:
         raise UnsupportedError("generation_config.decoder_start_token_id is not set; pass decoder_start_token_id=")
-    decoder_ids = torch.full((batch, 1), int(start), dtype=torch.long)
+    decoder_ids = torch.full((batch, 1), int(start), dtype=torch.long, device=device)
     extra = {k: v for k, v in inputs.items() if k == "attention_mask"}
 
     capacity = decode.cache_capacity()
@@ -370,18 +381,18 @@ def _generate_encoder_decoder(exported: Any, gen: Any, streamer: Any, inputs: di
         call["encoder_outputs"] = encoder_outputs
         kind = component.mask_kind("decoder_attention_mask")
         if kind == "2d":
-            call["decoder_attention_mask"] = torch.ones(batch, start + ids.shape[-1], dtype=torch.long)
+            call["decoder_attention_mask"] = torch.ones(batch, start + ids.shape[-1], dtype=torch.long, device=device)
         elif kind in ("4d", "dict"):
-            valid = torch.zeros(batch, capacity, dtype=torch.bool)
+            valid = torch.zeros(batch, capacity, dtype=torch.bool, device=device)
             valid[:, : start + ids.shape[-1]] = True
-            q_slots = torch.arange(start, start + ids.shape[-1])
+            q_slots = torch.arange(start, start + ids.shape[-1], device=device)
             call["decoder_attention_mask"] = _slot_masks(kind, component.mask_keys("decoder_attention_mask"), valid,
                                                          q_slots, None)
         if component.cache_key:
             call[component.cache_key] = cache
         return call
 
-    out = prefill.runner(**step_kwargs(prefill, decoder_ids, 0, prefill.initial_cache(batch)))
+    out = prefill.runner(**step_kwargs(prefill, decoder_ids, 0, prefill.initial_cache(batch, device)))
     state = {"out": out, "length": 1}
 
     def step(token: torch.Tensor) -> torch.Tensor:
@@ -415,9 +426,9 @@ def _pad_to_cross_cache(component: _Component, inputs: dict) -> dict:
     if extra == 0:
         return inputs
     padded = dict(inputs)
-    padded["input_ids"] = torch.cat([ids, torch.zeros((ids.shape[0], extra), dtype=ids.dtype)], dim=-1)
+    padded["input_ids"] = torch.cat([ids, torch.zeros((ids.shape[0], extra), dtype=ids.dtype, device=ids.device)], dim=-1)
     mask = torch.ones_like(ids) if mask is None else mask
-    padded["attention_mask"] = torch.cat([mask, torch.zeros((mask.shape[0], extra), dtype=mask.dtype)], dim=-1)
+    padded["attention_mask"] = torch.cat([mask, torch.zeros((mask.shape[0], extra), dtype=mask.dtype, device=mask.device)], dim=-1)
     return padded
 
 

@@ -65,33 +65,34 @@ def generate_beam(exported: Any, gen: Any, streamer: Any, inputs: dict) -> torch
     mask2d = inputs.pop("attention_mask", None)
     mask2d = torch.ones_like(input_ids) if mask2d is None else mask2d.long()
     batch, prompt_len = input_ids.shape
+    dev = input_ids.device
     input_ids, mask2d = input_ids.repeat_interleave(beams, 0), mask2d.repeat_interleave(beams, 0)
     extra = {k: v.repeat_interleave(beams, 0) if isinstance(v, torch.Tensor) else v for k, v in inputs.items()}
     max_length = prompt_len + gen.max_new_tokens
     window = getattr(exported.config, "sliding_window", None) if exported.config is not None else None
     text = TextState(mask2d, gen.max_new_tokens, decode.cache_capacity(), window)
     out = prefill.runner(**extra, input_ids=input_ids,
-                         **text.kwargs(prefill, 0, prompt_len, prefill.initial_cache(batch * beams)))
+                         **text.kwargs(prefill, 0, prompt_len, prefill.initial_cache(batch * beams, dev)))
 
     eos = gen.eos_token_id
-    eos = torch.tensor(eos if isinstance(eos, list) else [eos], dtype=torch.long) if eos is not None else None
+    eos = torch.tensor(eos if isinstance(eos, list) else [eos], dtype=torch.long, device=dev) if eos is not None else None
     pad = gen.pad_token_id
     fill = (pad if pad else int(eos[0])) if eos is not None else -1  # as transformers fills unused positions
     keep = max(2, 1 + (eos.numel() if eos is not None else 0)) * beams
-    top_mask = torch.cat([torch.ones(beams, dtype=torch.bool), torch.zeros(keep - beams, dtype=torch.bool)])
-    running = torch.full((batch, beams, max_length), fill, dtype=torch.long)
+    top_mask = torch.cat([torch.ones(beams, dtype=torch.bool, device=dev), torch.zeros(keep - beams, dtype=torch.bool, device=dev)])
+    running = torch.full((batch, beams, max_length), fill, dtype=torch.long, device=dev)
     running[:, :, :prompt_len] = input_ids.view(batch, beams, prompt_len)
     sequences = running.clone()
-    running_scores = torch.zeros(batch, beams)
+    running_scores = torch.zeros(batch, beams, device=dev)
     running_scores[:, 1:] = -1e9
-    scores = torch.full((batch, beams), -1e9)
-    finished = torch.zeros(batch, beams, dtype=torch.bool)
-    improvable = torch.ones(batch, 1, dtype=torch.bool)
-    running_idx = torch.full((batch, beams, max_length - prompt_len), -1, dtype=torch.int32)
+    scores = torch.full((batch, beams), -1e9, device=dev)
+    finished = torch.zeros(batch, beams, dtype=torch.bool, device=dev)
+    improvable = torch.ones(batch, 1, dtype=torch.bool, device=dev)
+    running_idx = torch.full((batch, beams, max_length - prompt_len), -1, dtype=torch.int32, device=dev)
     beam_indices = running_idx.clone()
     penalty = 1.0 if gen.length_penalty is None else gen.length_penalty  # transformers' defaults
     early = False if gen.early_stopping is None else gen.early_stopping
-    offset = torch.arange(batch).view(-1, 1) * beams
+    offset = torch.arange(batch, device=dev).view(-1, 1) * beams
     cur_len = prompt_len
     while True:
         log_probs = torch.log_softmax(out.logits[:, -1, :].float(), dim=-1)
@@ -103,7 +104,7 @@ def generate_beam(exported: Any, gen: Any, streamer: Any, inputs: dict) -> torch
         top_seq = _gather(running, from_beam)
         top_seq[:, :, cur_len] = top_indices % vocab
         top_idx[:, :, cur_len - prompt_len] = (from_beam + offset).to(torch.int32)
-        hits = torch.full((batch, keep), cur_len + 1 >= max_length)
+        hits = torch.full((batch, keep), cur_len + 1 >= max_length, device=dev)
         if eos is not None:
             hits |= torch.isin(top_seq[:, :, cur_len], eos)
         # the best unfinished continuations run on

@@ -78,7 +78,7 @@ def generate_multimodal(exported: Any, gen: Any, streamer: Any, inputs: dict) ->
     window = getattr(_text_config(config), "sliding_window", None)
     text = TextState(mask2d, gen.max_new_tokens, decode.cache_capacity(), window, positions=positions)
 
-    call = text.kwargs(lm, 0, prompt_len, lm.initial_cache(batch))
+    call = text.kwargs(lm, 0, prompt_len, lm.initial_cache(batch, input_ids.device))
     _use_model_masks(exported, lm, call, embeds, mask2d, inputs)
     lm_out = lm.runner(inputs_embeds=embeds, **call)
     hidden = lm_out.last_hidden_state if hasattr(lm_out, "last_hidden_state") else lm_out[0]
@@ -93,7 +93,7 @@ def generate_multimodal(exported: Any, gen: Any, streamer: Any, inputs: dict) ->
         for key, value in type_ids.items():
             # generate() grows mm_token_type_ids with zeros (text) and token_type_ids with their last value
             last = key == "token_type_ids" and value is not None
-            call[key] = value[:, -1:] if last else torch.zeros(batch, 1, dtype=torch.long)
+            call[key] = value[:, -1:] if last else torch.zeros(batch, 1, dtype=torch.long, device=token.device)
         out = decode.runner(**call)
         state["cache"] = getattr(out, decode.cache_key) if decode.cache_key else None
         return out.logits

@@ -47,6 +47,8 @@ class TensorSpec:
         mutated: For inputs: the graph writes the new value back into this input.
         target: For ``MUTATION``/``STATE`` outputs: the name of the input whose new value this is.
         example_shape: For inputs: the concrete shape of the sample the graph was traced with.
+        device: For inputs traced on another device than the model's weights (a static cache's write counter kept
+            on the CPU beside GPU keys and values): that device; ``None`` where it is the weights' device.
     """
 
     name: str
@@ -56,6 +58,7 @@ class TensorSpec:
     mutated: bool = False
     target: str | None = None
     example_shape: list[int] | None = None
+    device: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         out = {"name": self.name, "role": str(self.role), "dtype": self.dtype, "shape": list(self.shape)}
@@ -65,6 +68,8 @@ class TensorSpec:
             out["target"] = self.target
         if self.example_shape is not None:
             out["example_shape"] = list(self.example_shape)
+        if self.device is not None:
+            out["device"] = self.device
         return out
 
     @classmethod
@@ -77,6 +82,7 @@ class TensorSpec:
             mutated=bool(values.get("mutated", False)),
             target=values.get("target"),
             example_shape=values.get("example_shape"),
+            device=values.get("device"),
         )
 
 

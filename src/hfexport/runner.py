@@ -74,6 +74,11 @@ class ModelRunner:
         self._out_constants = {int(i): v for i, v in metadata.out_constants}
         self._warned_dropped: set[str] = set()
 
+    @property
+    def output_device(self) -> torch.device:
+        """Where this runner returns its tensors, and so where a generation loop around it keeps its own."""
+        return torch.device("cpu")
+
     # --- construction ---------------------------------------------------------------------------------------------
 
     @classmethod

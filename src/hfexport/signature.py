@@ -134,6 +134,7 @@ def build_export_metadata(
         raise RuntimeError(
             f"graph has {len(user_specs)} user inputs but the inputs flatten to {len(named_inputs)} leaves"
         )
+    weights_device = next((p.device for p in model.parameters()), torch.device("cpu"))
     tensor_inputs: list[TensorSpec] = []
     in_constants: dict[str, Any] = {}
     by_placeholder: dict[str, TensorSpec] = {}
@@ -144,7 +145,8 @@ def build_export_metadata(
         val = placeholders[spec.arg.name].meta.get("val", leaf)
         role = IORole.CACHE_INPUT if name.split(".")[0] in cache_kwargs else IORole.INPUT
         ts = TensorSpec(
-            name=name, role=role, dtype=_dtype_name(val.dtype), shape=shape_of(val), example_shape=list(leaf.shape)
+            name=name, role=role, dtype=_dtype_name(val.dtype), shape=shape_of(val), example_shape=list(leaf.shape),
+            device=str(leaf.device) if leaf.device != weights_device else None,
         )
         tensor_inputs.append(ts)
         by_placeholder[spec.arg.name] = ts

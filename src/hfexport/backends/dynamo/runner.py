@@ -37,6 +37,10 @@ class DynamoRunner(ModelRunner):
             s.name: torch_dtype(s.dtype) for s in metadata.inputs if s.name in metadata.kwargs
         }
 
+    @property
+    def output_device(self) -> torch.device:
+        return self.device or torch.device(self.metadata.export_device or "cpu")
+
     @classmethod
     def _create(cls, program: Any, metadata: ExportMetadata, device: Any = None, **runner_kwargs: Any) -> DynamoRunner:
         if runner_kwargs:

@@ -45,6 +45,34 @@ def runtime_program(program: Any) -> Any:
     return loaded
 
 
+# the runtime delegate each ExecutorchConfig.backend lowers to (BackendDetails class names)
+_DELEGATES = {"xnnpack": "XnnpackBackend", "cuda": "CudaBackend", "mlx": "MLXBackend"}
+
+
+def check_runtime_delegate(metadata: ExportMetadata) -> None:
+    """Raise where this Python runtime does not register the delegate the program was lowered to.
+
+    The runtime itself fails only at ``load_method`` with a bare error code. pip's ``executorch`` registers the CPU
+    delegates (XNNPACK among them) and not CUDA's nor MLX's: those run from ExecuTorch's C++ runtime built with them.
+    """
+    backend = metadata.export_config.get("backend") or "xnnpack"
+    delegate = _DELEGATES.get(backend)
+    from executorch.extension.pybindings import portable_lib
+
+    registered = list(portable_lib._get_registered_backend_names())
+    if delegate is None or delegate in registered:
+        return
+    import importlib.metadata
+
+    build = {"cuda": "-DEXECUTORCH_BUILD_CUDA=ON", "mlx": "-DEXECUTORCH_BUILD_MLX=ON"}.get(backend, "")
+    raise UnsupportedError(
+        f"this program is lowered for ExecutorchConfig(backend={backend!r}), whose delegate {delegate} this "
+        f"ExecuTorch Python runtime (executorch {importlib.metadata.version('executorch')}) does not register (it has "
+        f"{registered}). Run the .pte and its .ptd with an ExecuTorch runtime built with it ({build}), or export "
+        "with backend='xnnpack' to run here"
+    )
+
+
 class ExecutorchRunner(ModelRunner):
     """Runs an ExecuTorch program; ``runner(**kwargs)`` returns what the source model returns.
 
@@ -68,6 +96,7 @@ class ExecutorchRunner(ModelRunner):
                 f"the ExecuTorch runtime takes and returns CPU tensors; device={device!r} is not supported (a CUDA "
                 "program moves its data to the GPU itself)"
             )
+        check_runtime_delegate(metadata)
         self.program = program
         self.method_name = method
         if _uses_llama_kernels(metadata):

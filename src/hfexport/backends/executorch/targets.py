@@ -86,7 +86,25 @@ def _cuda_partitioners(model: Any) -> list:
     from executorch.backends.cuda.cuda_backend import CudaBackend
     from executorch.backends.cuda.cuda_partitioner import CudaPartitioner
 
-    return [CudaPartitioner([CudaBackend.generate_method_name_compile_spec(type(model).__name__)])]
+    name_spec = CudaBackend.generate_method_name_compile_spec(type(model).__name__)
+    return [CudaPartitioner([name_spec, *_cuda_compile_specs(model)])]
+
+
+def _cuda_compile_specs(model: Any) -> list:
+    """The CUDA backend's options for ``model`` (beside the method name)."""
+    from executorch.exir.backend.compile_spec_schema import CompileSpec
+
+    if _all_bfloat16(model):
+        return []
+    # the backend swaps SDPA (and MoE, top-k) for its Triton kernels by default, and its SDPA kernel takes bfloat16
+    # only ("Expected bfloat16 inputs" at lowering, seen with executorch 1.5.1 on an H200): a float32 or float16
+    # model lowers with AOTInductor's own kernels instead
+    return [CompileSpec("triton_kernel_mode", b"OFF")]
+
+
+def _all_bfloat16(model: Any) -> bool:
+    floats = [p.dtype for p in model.parameters() if p.is_floating_point()]
+    return bool(floats) and all(d == torch.bfloat16 for d in floats)
 
 
 # --- mlx --------------------------------------------------------------------------------------------------------------

@@ -22,7 +22,7 @@ from ...metadata import ExportMetadata
 from ...runner import ModelRunner
 from .inplace import safe_in_place_pairs
 from .names import in_place_pairs, io_names
-from .session import default_providers, session_for
+from .session import check_providers, default_providers, session_for
 
 __all__ = ["OnnxRunner"]
 
@@ -63,7 +63,9 @@ class OnnxRunner(ModelRunner):
         super().__init__(metadata)
         self.program = program
         self.device = torch.device(device) if device is not None else torch.device("cpu")
-        self.session = session_for(program, providers or default_providers(device), session_options)
+        providers = providers or default_providers(device)
+        check_providers(providers, device)
+        self.session = session_for(program, providers, session_options)
         self._in_names, self._out_names = io_names(metadata)
         found = {i.name for i in self.session.get_inputs()}
         if set(self._in_names) != found:
@@ -79,6 +81,10 @@ class OnnxRunner(ModelRunner):
         self._device_type, self._device_id = self.device.type, self.device.index or 0
         self._cache_key = next((k for k, v in metadata.kwargs.items() if v.get("kind") == "cache"), None)
         self._same_cache = self._plan_same_cache_output()
+
+    @property
+    def output_device(self) -> torch.device:
+        return self.device
 
     @classmethod
     def _create(cls, program: Any, metadata: ExportMetadata, device: Any = None, **runner_kwargs: Any) -> OnnxRunner:

@@ -14,12 +14,13 @@ from typing import Any
 
 import onnx_ir as ir
 
-__all__ = ["PATH_KEY", "session_for", "default_providers"]
+__all__ = ["PATH_KEY", "session_for", "default_providers", "check_providers"]
 
 PATH_KEY = "hfexport.path"
 """``model.meta`` key of the file a loaded program was read from (delete it after editing the program in memory)."""
 
 _PROTO_LIMIT = 1_800_000_000  # stay clear of protobuf's 2 GB message limit
+_CUDA_PROVIDERS = ("CUDAExecutionProvider", "TensorrtExecutionProvider", "NvTensorRTRTXExecutionProvider")
 _sessions: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
@@ -31,6 +32,35 @@ def default_providers(device: Any = None) -> list[str]:
     if kind != "cpu":
         raise ValueError(f"the ONNX backend runs on 'cpu' or 'cuda', got device={device!r}")
     return ["CPUExecutionProvider"]
+
+
+def check_providers(providers: list, device: Any = None) -> None:
+    """Raise where this ONNX Runtime lacks the provider that ``device`` runs on.
+
+    ONNX Runtime itself only warns for a provider it does not have and runs the graph on the next one (the CPU), so a
+    CUDA runner would bind GPU tensors to a CPU session and fail at the first call with an error that names neither.
+    """
+    import onnxruntime as ort
+
+    from ...errors import UnsupportedError
+
+    kind = str(device).split(":")[0] if device is not None else "cpu"
+    if kind != "cuda":
+        return
+    names = [p[0] if isinstance(p, (tuple, list)) else p for p in providers]
+    gpu = [n for n in names if n in _CUDA_PROVIDERS]
+    if not gpu:
+        raise UnsupportedError(
+            f"device={device!r} binds inputs and outputs on the GPU, and providers={names} names no CUDA provider "
+            f"({', '.join(_CUDA_PROVIDERS)}); add one, or leave providers to the default for the device"
+        )
+    available = ort.get_available_providers()
+    if not any(n in available for n in gpu):
+        raise UnsupportedError(
+            f"device={device!r} needs ONNX Runtime's {gpu[0]}, and this onnxruntime ({ort.__version__}) has only "
+            f"{available}. Install the GPU build in its place: pip uninstall -y onnxruntime && pip install "
+            f"'onnxruntime-gpu=={ort.__version__}'; or run on device='cpu'"
+        )
 
 
 def session_for(program: ir.Model, providers: list | None, session_options: Any = None) -> Any:
