@@ -7,10 +7,10 @@ What runs where:
 - Generation runs in this process for every variant, interleaved round by round (eager first, then each export
   loaded back with ``ExportedModel.from_pretrained``), so the tokens/s compare inside one run on one machine state.
   Every variant's greedy tokens are checked against eager's; a mismatch is printed loudly and marked in the table.
-- The per-step Python overhead of ``ExportedModel.generate`` is measured on a tiny Llama, where the graph itself is
-  cheap: the wall time of a decode step (streamer timestamps) minus the time spent inside the decode program's
-  ``ExportedProgram.module()`` call in those same steps, plus a bare loop over ``module()`` (the guide's loop shape)
-  for reference.
+- The peer, transformers' own Dynamo exporter (``transformers.exporters``), exports the same model with the static
+  recipe in a child process too and decodes through its own runner (``runners["decode"]``) with a ``StaticCache``,
+  in a process of its own (benchmarks/peer_runner.py), in the same interleaved rounds (``--no-peer`` leaves it out).
+- The per-step Python overhead of ``ExportedModel.generate`` is measured on a tiny Llama (dynamo_overhead.py).
 
 Timing: prefill = generate() start to the first new token (time to first token); decode tok/s = (new tokens - 1) /
 (time from the first to the last new token). Best of ``--repeats`` rounds.
@@ -39,6 +39,9 @@ from typing import Any
 
 import torch
 
+import peer_runner  # benchmarks/ is on sys.path: this script's folder, or put there by run.py
+from dynamo_overhead import bench_overhead
+
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 PROMPT = "Once upon a time, in a small village at the edge of a great forest, there lived"
@@ -52,6 +55,8 @@ VARIANTS = {
 EXPERIMENTS = {
     "static-gqa": "Dynamo, static cache 256 + multi-token decode, traced with sdpa enable_gqa",
 }
+PEER = {"peer": "peer: transformers.exporters Dynamo, static cache 256 + multi-token decode, its own runner "
+                "`runners['decode']` with a StaticCache"}
 STATIC_CACHE_LEN = 256
 _OVERHEAD_SECTION_S = 60  # what the tiny-model section after the rounds takes, about
 
@@ -105,6 +110,14 @@ def export_variant(model: Any, sample: dict, variant: str, max_cache_len: int = 
             return export_variant(model, sample, "static", max_cache_len)
         finally:
             del os.environ["TRANSFORMERS_SDPA_FORCE_GQA"]
+    if variant == "peer":
+        from transformers.exporters.exporter_dynamo import DynamoConfig as PeerConfig
+        from transformers.exporters.exporter_dynamo import DynamoExporter as PeerExporter
+
+        return PeerExporter().export_for_generation(
+            model, sample, PeerConfig(dynamic=True),
+            generation_config=_static_generation_config(model, max_cache_len), multi_token_decode=True,
+        )
     if variant == "static":
         return DynamoExporter().export_for_generation(
             model, sample, DynamoConfig(dynamic=True),
@@ -203,7 +216,9 @@ def summarise(results: dict[str, dict]) -> list[int]:
     for name, res in results.items():
         res["decode_tok_s"] = max(s["decode_tok_s"] for s in res["rounds"])
         res["prefill_s"] = min(s["prefill_s"] for s in res["rounds"])
-        res["same_tokens"] = all(t == reference for t in res["round_tokens"])
+        # the peer's loop has no end-of-sequence stop: it is compared on the tokens eager produced
+        length = len(reference) if name in PEER else None
+        res["same_tokens"] = all(t[:length] == reference for t in res["round_tokens"])
         res["tokens"] = next((t for t in res["round_tokens"] if t != reference), res["round_tokens"][0])
         if res["same_tokens"]:
             continue
@@ -220,7 +235,7 @@ def bench_smollm2(args: argparse.Namespace, workdir: Path) -> dict:
     from hfexport import ExportedModel
     from hfexport.models.packaged import packaged
 
-    variants = {**VARIANTS, **(EXPERIMENTS if args.gqa_experiment else {})}
+    variants = {**VARIANTS, **(EXPERIMENTS if args.gqa_experiment else {}), **({} if args.no_peer else PEER)}
     exports = {}
     for variant in variants:
         print(f"[bench] exporting SmolLM2-135M ({variants[variant]}) in a child process ...", flush=True)
@@ -237,7 +252,11 @@ def bench_smollm2(args: argparse.Namespace, workdir: Path) -> dict:
         "eager-static": lambda **kw: _generate_with_config(model, static_gc, kw),
     }
     loads: dict[str, dict] = {}
+    peer = peer_runner.RunnerLoop(workdir / "peer", STATIC_CACHE_LEN) if "peer" in variants else None
     for variant in variants:
+        if variant in PEER:
+            runners[variant] = None  # decoded by `peer`, in a process of its own
+            continue
         record: dict = {}
         start = time.perf_counter()
         with stderr_noise(record):
@@ -248,7 +267,8 @@ def bench_smollm2(args: argparse.Namespace, workdir: Path) -> dict:
 
     print("[bench] warm-up (4 tokens each) ...", flush=True)
     for fn in runners.values():
-        timed_generate(fn, inputs, 4)
+        if fn is not None:
+            timed_generate(fn, inputs, 4)  # (the peer's child warms itself up)
 
     results: dict[str, dict] = {name: {"rounds": []} for name in runners}
     round_s = 0.0
@@ -260,7 +280,10 @@ def bench_smollm2(args: argparse.Namespace, workdir: Path) -> dict:
             break
         start = time.perf_counter()
         for name, fn in runners.items():
-            tokens, stats = timed_generate(fn, inputs, args.new_tokens)
+            if fn is None:
+                tokens, stats = peer.generate(inputs["input_ids"], args.new_tokens)
+            else:
+                tokens, stats = timed_generate(fn, inputs, args.new_tokens)
             results[name]["rounds"].append(stats)
             results[name].setdefault("round_tokens", []).append(tokens)
             print(f"[bench] round {r + 1}/{args.repeats} {name:13s} {len(tokens)} tokens, "
@@ -279,102 +302,6 @@ def bench_smollm2(args: argparse.Namespace, workdir: Path) -> dict:
         "results": results,
         "main_peak_rss_mb": peak_rss_mb(),
     }
-
-
-# --- per-step overhead on a tiny model -------------------------------------------------------------------------
-
-
-def _time_module_calls(exported: Any) -> list[float]:
-    """Wrap the decode runner's ``ExportedProgram.module()`` so each call's time is recorded."""
-    runner = exported.runner("decode")
-    inner = runner._module  # the module() of the decode program; DynamoRunner.run calls it once per step
-    times: list[float] = []
-
-    def timed(*a: Any, **kw: Any) -> Any:
-        t = time.perf_counter()
-        out = inner(*a, **kw)
-        times.append(time.perf_counter() - t)
-        return out
-
-    runner._module = timed
-    return times
-
-
-def _bare_static_loop(exported: Any, prompt: torch.Tensor, steps: int) -> float:
-    """The guide's loop (reused buffers, module() only) on the static decode program: seconds per decode step."""
-    program = exported.components["decode"].program
-    decode = program.module()
-    _, example = program.example_inputs
-    cache = copy.deepcopy(example["past_key_values"])
-    cache.reset()
-    extra = {k: v for k, v in example.items()
-             if k not in ("input_ids", "attention_mask", "position_ids", "past_key_values")}
-    max_len = cache.layers[0].max_cache_len
-    n = prompt.shape[-1]
-    positions = torch.arange(n)
-    mask = (torch.arange(max_len)[None, :] <= positions[:, None])[None, None]
-    with torch.no_grad():
-        logits = decode(input_ids=prompt, attention_mask=mask, position_ids=positions[None], past_key_values=cache,
-                        **extra).logits
-        token = logits[:, -1:].argmax(-1)
-        ids, pos = torch.empty((1, 1), dtype=torch.long), torch.empty((1, 1), dtype=torch.long)
-        step_mask = torch.empty((1, 1, 1, max_len), dtype=torch.bool)
-        slots = torch.arange(max_len)
-        start = time.perf_counter()
-        for position in range(n, n + steps):
-            ids.copy_(token)
-            pos.fill_(position)
-            step_mask[0, 0, 0].copy_(slots <= position)
-            token = decode(input_ids=ids, attention_mask=step_mask, position_ids=pos, past_key_values=cache,
-                           **extra).logits[:, -1:].argmax(-1)
-        return (time.perf_counter() - start) / steps
-
-
-def bench_overhead(args: argparse.Namespace) -> dict:
-    """Per-step overhead on the tiny Llama, with one torch thread: its ops are so small that a second thread only
-    adds synchronisation (3-4x slower steps when other processes share the cores), which would drown the Python
-    overhead this measures."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        return _bench_overhead(args)
-    finally:
-        torch.set_num_threads(threads)
-
-
-def _bench_overhead(args: argparse.Namespace) -> dict:
-    from hfexport.models.tiny import TINY_CASES
-
-    case = TINY_CASES["llama"]
-    model = case.build()
-    sample = case.inputs(1, 6)
-    prompt = case.inputs(1, 12)
-    prompt = {"input_ids": prompt["input_ids"], "attention_mask": prompt["attention_mask"]}
-    steps = args.overhead_tokens
-    # no EOS stop, so every run makes the same number of steps
-    rows = {}
-    eager_tokens, eager_stats = None, None
-    for _ in range(2):
-        eager_tokens, eager_stats = timed_generate(
-            lambda **kw: model.generate(**kw, eos_token_id=None), prompt, steps + 1
-        )
-    rows["eager"] = {"step_ms": 1e3 * eager_stats["decode_s"] / eager_stats["decode_steps"]}
-    for variant in VARIANTS:
-        exported = export_variant(model, sample, variant, max_cache_len=prompt["input_ids"].shape[-1] + steps + 8)
-        times = _time_module_calls(exported)
-        gen = lambda **kw: exported.generate(**kw, eos_token_id=None)  # noqa: E731
-        timed_generate(gen, prompt, 8)  # warm-up
-        times.clear()
-        tokens, stats = timed_generate(gen, prompt, steps + 1)
-        step_ms = 1e3 * stats["decode_s"] / stats["decode_steps"]
-        # the module() calls of the decode steps that fall between the first and the last token
-        module_ms = 1e3 * sum(times[: stats["decode_steps"]]) / stats["decode_steps"]
-        row = {"step_ms": step_ms, "module_ms": module_ms, "overhead_ms": step_ms - module_ms,
-               "same_tokens": tokens == eager_tokens}
-        if variant == "static":
-            row["bare_loop_ms"] = 1e3 * _bare_static_loop(exported, prompt["input_ids"], steps)
-        rows[variant] = row
-    return {"model": "tiny Llama (2 layers, hidden 64, vocab 256), 1 torch thread", "steps": steps, "rows": rows}
 
 
 # --- report --------------------------------------------------------------------------------------------------------
@@ -406,14 +333,15 @@ def render(report: dict) -> str:
     ]
     eager_rate = s["results"]["eager"]["decode_tok_s"]
     names = {"eager": "eager `model.generate` (dynamic cache)",
-             "eager-static": "eager `model.generate` (static cache 256)", **VARIANTS, **EXPERIMENTS}
+             "eager-static": "eager `model.generate` (static cache 256)", **VARIANTS, **EXPERIMENTS, **PEER}
     for name, res in s["results"].items():
         exp = s["exports"].get(name)
         load = s["loads"].get(name)
+        load_cell = f"{load['load_s']:.1f}" if load else "–"  # the peer loads in its own process
         same = "yes" if res["same_tokens"] else f"**NO** (first diff at token {res.get('first_diff')})"
         lines.append(
             f"| {names[name]} | {exp['export_s']:.1f} | {exp['bytes'] / 1e6:.0f} | {exp['peak_rss_mb']:.0f} | "
-            f"{load['load_s']:.1f} | " if exp else f"| {names[name]} | – | – | – | – | "
+            f"{load_cell} | " if exp else f"| {names[name]} | – | – | – | – | "
         )
         lines[-1] += (f"{res['prefill_s'] * 1e3:.0f} | {res['decode_tok_s']:.1f} | "
                       f"{res['decode_tok_s'] / eager_rate:.2f}x | {len(res['tokens'])} | {same} |")
@@ -471,7 +399,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="skip further rounds when the next one would end the run past this (default 570 s)")
     parser.add_argument("--gqa-experiment", action="store_true",
                         help="also export the static variant traced with sdpa enable_gqa (see EXPERIMENTS)")
-    parser.add_argument("--export-child", choices=[*VARIANTS, *EXPERIMENTS], help=argparse.SUPPRESS)
+    parser.add_argument("--no-peer", action="store_true", help="leave out transformers' own Dynamo export")
+    parser.add_argument("--export-child", choices=[*VARIANTS, *EXPERIMENTS, *PEER], help=argparse.SUPPRESS)
     parser.add_argument("--out", type=Path, help=argparse.SUPPRESS)
     args, _ = parser.parse_known_args(argv)  # benchmarks/run.py passes every benchmark's options to each
 

@@ -11,8 +11,10 @@ artifact's size against the weights, decode speed and where a decode step's time
   ``ExportedModel.generate`` on the export loaded back with ``from_pretrained``), greedy tokens checked against
   eager's. Each decode step is split into the time inside ``Method.execute`` and the rest (flattening the step's
   inputs, unflattening, the generate loop; the static cache lives in the method's mutable buffers).
-- transformers' own ExecuTorch exporter is not re-run by default (its export_for_generation takes ~720 s here);
-  ``--peer`` runs it in a child process for the side-by-side wall time and size.
+- The peer, transformers' own ExecuTorch exporter, exports the same model with the same recipe (static cache 256,
+  multi-token decode, ``dynamic=True``: its static-shape export takes only the traced token count) in a child process
+  (~720 s here; ``--no-peer`` leaves it out), and decodes through its own runner (``runners["decode"]``) with a
+  ``StaticCache`` in a process of its own (benchmarks/peer_runner.py), in the same interleaved rounds.
 
     python benchmarks/bench_executorch.py            # full run, writes benchmarks/RESULTS_EXECUTORCH.md
     python benchmarks/bench_executorch.py --quick    # 16 new tokens, 1 round
@@ -28,14 +30,17 @@ from pathlib import Path
 from typing import Any
 
 from common import (  # benchmarks/ is on sys.path: this script's folder, or put there by run.py
-    EAGER_LABEL, PROMPT, TimedMethod, base_parser, ensure_importable, export_cells, export_summary, files_line,
-    interleaved_rounds, loads, measure_export, result_cells, run_export_child, run_main, static_generation_config,
-    summarise, table_head, timed_generate, timed_run, token_mismatch, warm_up,
+    EAGER_LABEL, PROMPT, STATIC_CACHE_LEN, TimedMethod, base_parser, ensure_importable, export_cells, export_summary,
+    files_line, interleaved_rounds, loads, measure_export, result_cells, run_export_child, run_main,
+    static_generation_config, summarise, table_head, timed_generate, timed_run, token_mismatch, warm_up,
 )
+import peer_runner
 
 HERE = Path(__file__).resolve().parent
 LABEL = ("ExecuTorch XNNPACK fp32, static cache 256 kept in the .pte (mutable buffers) + multi-token decode (one "
          "program), llama::update_cache / custom_sdpa attention, weights once in a .ptd")
+PEER_LABEL = ("peer: transformers.exporters ExecuTorch XNNPACK, same recipe (static cache 256, multi-token decode, "
+              "dynamic=True), its own runner `runners['decode']` with a StaticCache")
 
 
 # --- child: one export -----------------------------------------------------------------------------------------------
@@ -77,10 +82,13 @@ def bench_smollm2(args: argparse.Namespace, workdir: Path) -> dict:
     from hfexport.models.packaged import packaged
 
     exports = {}
-    for variant in ["static", *(["peer"] if args.peer else [])]:
+    for variant in ["static", *([] if args.no_peer else ["peer"])]:
         print(f"[bench-executorch] exporting SmolLM2-135M ({variant}) in a child process ...", flush=True)
         exports[variant] = e = run_export_child(__file__, variant, workdir / variant, what="ExecuTorch export",
-                                                timeout=3600)
+                                                timeout=3600, keep_going=variant == "peer")
+        if "error" in e:
+            print(f"[bench-executorch]   the peer's export failed: {e['error']}", flush=True)
+            continue
         print(f"[bench-executorch]   {export_summary(e)}; phases {e.get('phases')}, child CPU {e['cpu_s']:.0f} s",
               flush=True)
 
@@ -101,6 +109,9 @@ def bench_smollm2(args: argparse.Namespace, workdir: Path) -> dict:
         return tokens, stats
 
     runners = {"eager": lambda n: timed_generate(model.generate, inputs, n), "executorch": executorch}
+    if "peer" in exports and "error" not in exports["peer"]:
+        peer = peer_runner.RunnerLoop(workdir / "peer", STATIC_CACHE_LEN)
+        runners["peer-runner"] = lambda n: peer.generate(inputs["input_ids"], n)
     warm_up(runners, "bench-executorch")
     results = interleaved_rounds(runners, args.repeats, args.new_tokens, "bench-executorch")
     ours = results["executorch"]
@@ -132,8 +143,10 @@ def render(report: dict) -> str:
         f"{result_cells(ours, eager['decode_tok_s'])} |",
     ]
     if "peer" in s["exports"]:
-        lines.append(f"| transformers' own ExecutorchExporter (same config) | {export_cells(s['exports']['peer'])} "
-                     "| – | – | – | – | – |")
+        peer = s["results"].get("peer-runner")
+        lines.append(f"| {PEER_LABEL} | {export_cells(s['exports']['peer'], load={})} | "
+                     + (f"{result_cells(peer, eager['decode_tok_s'])} |" if peer else
+                        f"– | – | – | – ({s['exports']['peer'].get('error', 'not run')}) |"))
     lines += [
         "",
         "Where the export time goes: " + ", ".join(f"{k} {v:.1f} s" for k, v in e["phases"].items() if v is not None)
@@ -149,10 +162,10 @@ def render(report: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def run(results: dict, quick: bool = False, repeats: int = 2, new_tokens: int = 128, peer: bool = False) -> str:
+def run(results: dict, quick: bool = False, repeats: int = 2, new_tokens: int = 128, peer: bool = True) -> str:
     """Run the ExecuTorch benchmark; store its report in ``results["executorch"]`` and return the Markdown."""
     ensure_importable()
-    args = argparse.Namespace(repeats=1 if quick else repeats, new_tokens=16 if quick else new_tokens, peer=peer)
+    args = argparse.Namespace(repeats=1 if quick else repeats, new_tokens=16 if quick else new_tokens, no_peer=not peer)
 
     def body(workdir: Path, report: dict) -> None:
         report["smollm2"] = bench_smollm2(args, workdir)
@@ -163,12 +176,12 @@ def run(results: dict, quick: bool = False, repeats: int = 2, new_tokens: int = 
 
 def main(argv: list[str] | None = None) -> int:
     parser = base_parser(__doc__, HERE / "RESULTS_EXECUTORCH.md", "16 tokens, 1 round (smoke test)")
-    parser.add_argument("--peer", action="store_true",
-                        help="also run transformers' own ExecuTorch export (~12 min here)")
+    parser.add_argument("--no-peer", action="store_true",
+                        help="leave out transformers' own ExecuTorch export (~12 min here) and its decode row")
     parser.add_argument("--export-child", choices=["static", "peer"], help=argparse.SUPPRESS)
     args, _ = parser.parse_known_args(argv)  # benchmarks/run.py passes every benchmark's options to each
     report = run_main(args, "bench-executorch", "executorch", export_child, lambda results: run(
-        results, quick=args.quick, repeats=args.repeats, new_tokens=args.new_tokens, peer=args.peer))
+        results, quick=args.quick, repeats=args.repeats, new_tokens=args.new_tokens, peer=not args.no_peer))
     if report is None:
         return 0
     return token_mismatch([k for k, v in report["smollm2"]["results"].items() if not v["same_tokens"]],

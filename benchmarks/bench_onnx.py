@@ -34,6 +34,7 @@ from typing import Any
 import torch
 
 import peer_onnx  # benchmarks/ is on sys.path: this script's folder, or put there by run.py
+import peer_runner
 from common import (
     EAGER_LABEL, PROMPT, STATIC_CACHE_LEN, TimedMethod, base_parser, ensure_importable, export_cells,
     export_summary, files_line, interleaved_rounds, loads, measure_export, ort_session_options, overhead_row,
@@ -107,7 +108,7 @@ def bench_smollm2(args: argparse.Namespace, workdir: Path) -> dict:
         loop = peer_onnx.SpecLoop(workdir / "peer" / "decode.onnx", STATIC_CACHE_LEN)
         exports["load:peer"] = {"load_s": time.perf_counter() - start}
         runners["peer"] = lambda n: loop.generate(inputs["input_ids"], n)
-        own = peer_onnx.RunnerLoop(workdir / "peer", STATIC_CACHE_LEN)
+        own = peer_runner.RunnerLoop(workdir / "peer", STATIC_CACHE_LEN)
         runners["peer-runner"] = lambda n: own.generate(inputs["input_ids"], n)
     warm_up(runners, "bench-onnx")
     results = interleaved_rounds(runners, args.repeats, args.new_tokens, "bench-onnx")

@@ -280,7 +280,9 @@ def export_cells(record: dict | None, size_key: str = "bytes", load: dict | None
     size = record[size_key]
     cells = (f"{record['export_s']:.1f} | {record['peak_rss'] / 1e6:.0f} | {size / 1e6:.0f} "
              f"({size / record['weight_bytes']:.2f}x)")
-    return cells if load is None else f"{cells} | {load.get('load_s', float('nan')):.1f}"
+    if load is None:
+        return cells
+    return f"{cells} | {load['load_s']:.1f}" if "load_s" in load else f"{cells} | –"
 
 
 def result_cells(res: dict, eager_tok_s: float, where: bool = False) -> str:

@@ -28,6 +28,8 @@ from common import decode_bound, memory_bandwidth  # noqa: E402
 ROWS = [
     ("RESULTS_DYNAMO", "static", "static", "dynamo", "hfexport Dynamo (.pt2), static cache 256, multi-token decode"),
     ("RESULTS_DYNAMO", "dynamic", "dynamic", "dynamo", "hfexport Dynamo, dynamic cache (prefill + decode programs)"),
+    ("RESULTS_DYNAMO", "peer", "peer", "dynamo (peer)",
+     "peer: transformers.exporters Dynamo, same static recipe, its own runner (runners['decode'])"),
     ("RESULTS_ONNX", "static-fused", "static-fused", "onnx",
      "hfexport ONNX Runtime, static cache 256, one graph, ort_fusions='cpu'"),
     ("RESULTS_ONNX", "dynamic-fused", "dynamic-fused", "onnx", "hfexport ONNX Runtime, dynamic cache, fused"),
@@ -43,6 +45,8 @@ ROWS = [
      "peer: transformers.exporters OpenVINO, stateful, fp32 hint"),
     ("RESULTS_EXECUTORCH", "executorch", "static", "executorch",
      "hfexport ExecuTorch XNNPACK, static cache 256, multi-token decode"),
+    ("RESULTS_EXECUTORCH", "peer-runner", "peer", "executorch (peer)",
+     "peer: transformers.exporters ExecuTorch XNNPACK, same recipe (dynamic=True), its own runner"),
 ]
 # optimum's exporters, checked with `pip install --dry-run -c constraints.txt <package>` (November 2026)
 OPTIMUM = (
