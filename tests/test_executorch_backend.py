@@ -170,3 +170,27 @@ def test_moe_experts_switch_to_batched_mm_while_exporting_and_back():
     dense = TINY_CASES["llama"].build()
     with applied_workarounds("executorch", dense, {}) as fired:
         assert "executorch-moe-batched-mm" not in fired
+
+
+# --- data-dependent tensor checks --------------------------------------------------------------------------------------
+
+
+class _Checked(torch.nn.Module):
+    """A tensor check as transformers' ``torch_compilable_check`` traces it (the multimodal "features match tokens")."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        torch._check_tensor_all(x.sum(-1) > -1e9)
+        return x * 2
+
+
+def test_a_traced_tensor_check_is_dropped_before_the_core_aten_verifier():
+    from hfexport.backends.executorch.lowering import drop_tensor_checks
+
+    x = torch.randn(2, 3)
+    program = torch.export.export(_Checked(), (x,))
+    assert any(n.target == torch.ops.aten._is_all_true.default for n in program.graph.nodes)
+    assert drop_tensor_checks(program) == 1
+    assert not any(n.target == torch.ops.aten._is_all_true.default for n in program.graph.nodes)
+    assert torch.equal(program.module()(x), x * 2)
+    exported = ExecutorchExporter().export(_Checked(), {"x": x}, ExecutorchConfig())  # refused by to_edge before
+    assert torch.equal(exported(x=x), x * 2)

@@ -19,7 +19,7 @@ from .bounds import cap_dynamic_dims
 from .targets import Target
 from .weights import DATA_TAG, tag_weights_external
 
-__all__ = ["lower", "backend_config"]
+__all__ = ["lower", "backend_config", "drop_tensor_checks"]
 
 logger = logging.getLogger(__name__)
 
@@ -41,6 +41,40 @@ def backend_config(config: ExecutorchConfig, external: bool = False) -> Any:
     )
 
 
+def drop_tensor_checks(program: torch.export.ExportedProgram) -> int:
+    """Remove the graph's data-dependent tensor checks, in place; returns how many.
+
+    transformers' ``torch_compilable_check`` traces a tensor condition (a multimodal model's "the image features
+    match the image tokens") into ``torch._check_tensor_all``: ``_is_all_true(cond).item()``, a ``sym_ite`` and the
+    ``_assert_scalar`` nodes of the deferred runtime asserts. ``_is_all_true`` is not core ATen, so ``to_edge``'s
+    verifier refuses the program ("Operator aten._is_all_true.default is not in Core ATen"), and ExecuTorch drops
+    runtime asserts later in its pipeline anyway (``RemoveGraphAssertsPass``). A check is removed only where
+    everything computed from its ``_is_all_true`` ends in asserts; the inputs it guarded are the processor's, which
+    build the image tokens to match.
+    """
+    graph = program.graph_module.graph
+    order = {node: i for i, node in enumerate(graph.nodes)}
+    removed = 0
+    for root in [n for n in graph.nodes if n.op == "call_function" and n.target == torch.ops.aten._is_all_true.default]:
+        chain, todo = {root}, [root]
+        while todo:
+            for user in todo.pop().users:
+                if user not in chain:
+                    chain.add(user)
+                    todo.append(user)
+        if any(not n.users and n.target not in _ASSERTS for n in chain):
+            continue  # the condition feeds something besides the checks
+        for node in sorted(chain, key=order.__getitem__, reverse=True):
+            graph.erase_node(node)
+        removed += 1
+    if removed:
+        program.graph_module.recompile()
+    return removed
+
+
+_ASSERTS = (torch.ops.aten._assert_scalar.default, torch.ops.aten._assert_async.msg, torch.ops.aten._assert_async.default)
+
+
 def lower(
     program: torch.export.ExportedProgram, config: ExecutorchConfig, target: Target, model: Any,
     timings: dict[str, float] | None = None, external: bool = False,
@@ -51,6 +85,7 @@ def lower(
     from executorch.exir import to_edge_transform_and_lower  # a delegate, e.g. an int8 embedding's dequantize)
 
     timings = {} if timings is None else timings
+    drop_tensor_checks(program)
     cap_dynamic_dims(program)
     if external:
         tag_weights_external(program)
