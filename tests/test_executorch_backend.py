@@ -194,3 +194,23 @@ def test_a_traced_tensor_check_is_dropped_before_the_core_aten_verifier():
     assert torch.equal(program.module()(x), x * 2)
     exported = ExecutorchExporter().export(_Checked(), {"x": x}, ExecutorchConfig())  # refused by to_edge before
     assert torch.equal(exported(x=x), x * 2)
+
+
+class _MaxLastDim(torch.nn.Module):
+    """An attention-sink style max over the last dim of a rank-4 tensor (GPT-OSS)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x - x.max(dim=-1, keepdim=True).values
+
+
+def test_a_max_over_the_last_dim_stays_outside_xnnpack_which_cannot_lower_it():
+    """Without the workaround XNNPACK takes the node and then fails to lower it: the test fails once it can go."""
+    from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
+    from executorch.exir import to_edge_transform_and_lower
+
+    x = torch.randn(1, 2, 3, 5)
+    with pytest.raises(Exception, match="amax.default only supports dim == 2 or dim == 3"):
+        to_edge_transform_and_lower(torch.export.export(_MaxLastDim(), (x,)), partitioner=[XnnpackPartitioner()])
+    exported = ExecutorchExporter().export(_MaxLastDim(), {"x": x}, ExecutorchConfig())
+    assert "executorch-xnnpack-max-dim" in exported.components["model"].metadata.workarounds
+    assert torch.allclose(exported(x=x), x - x.max(dim=-1, keepdim=True).values)
