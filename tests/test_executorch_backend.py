@@ -214,3 +214,28 @@ def test_a_max_over_the_last_dim_stays_outside_xnnpack_which_cannot_lower_it():
     exported = ExecutorchExporter().export(_MaxLastDim(), {"x": x}, ExecutorchConfig())
     assert "executorch-xnnpack-max-dim" in exported.components["model"].metadata.workarounds
     assert torch.allclose(exported(x=x), x - x.max(dim=-1, keepdim=True).values)
+
+
+class _RotateHalf(torch.nn.Module):
+    """GPT-J style rotate-half (Cohere, ERNIE 4.5): ``stack(..., dim=-1)`` is a trailing unsqueeze per operand."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.stack([-x[..., 1::2], x[..., ::2]], dim=-1).flatten(-2) * 2
+
+
+def test_a_trailing_unsqueeze_with_two_dynamic_dims_stays_outside_xnnpack_which_cannot_lower_it():
+    """Batch and length dynamic: XNNPACK takes the unsqueeze, then its static reshape refuses two dynamic dims.
+    The test fails once the workaround can go."""
+    from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
+    from executorch.exir import to_edge_transform_and_lower
+
+    x = torch.randn(2, 3, 8)
+    shapes = {"x": {0: torch.export.Dim("batch", max=8), 1: torch.export.Dim("length", max=64)}}
+    with pytest.raises(Exception, match="XNNPACK reshape only supports 1 dynamic dimension"):
+        to_edge_transform_and_lower(
+            torch.export.export(_RotateHalf(), (), {"x": x}, dynamic_shapes=shapes),
+            partitioner=[XnnpackPartitioner()])
+    exported = ExecutorchExporter().export(_RotateHalf(), {"x": x}, ExecutorchConfig(dynamic_shapes=shapes))
+    assert "executorch-xnnpack-unsqueeze-dynamic" in exported.components["model"].metadata.workarounds
+    other = torch.randn(3, 5, 8)  # another batch and length than traced
+    assert torch.equal(exported(x=other), _RotateHalf()(other))

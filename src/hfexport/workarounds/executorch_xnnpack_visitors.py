@@ -1,0 +1,83 @@
+"""ExecuTorch / XNNPACK: delegate a node only where XNNPACK's lowering of it (its node visitor) accepts it.
+
+XNNPACK's partitioner configs (executorch backends/xnnpack/partition/config/) check less than the node visitors
+(backends/xnnpack/operators/) that lower what they took, and a visitor that refuses a node raises while lowering:
+the whole export fails where the portable kernels would have run the node. Each workaround here makes one config
+check what its visitor checks, so such a node stays outside the delegate. Seen with executorch 1.5.1; no upstream
+issue known; drop one once its config and visitor agree.
+
+- ``executorch-xnnpack-max-dim``: ``MaxDimConfig`` takes any ``max.dim`` on a rank-4 input, but op_max_dim.py
+  requires ``keepdim=True`` and a dim written as 2 or 3: "amax.default only supports dim == 2 or dim == 3" for an
+  attention-sink or router max over ``dim=-1`` (GPT-OSS, DeepSeek-V4, HY-V4, MiMo-V2-Flash), "only supports
+  keep_dim == True" for Hiera.
+- ``executorch-xnnpack-unsqueeze-dynamic``: ``UnsqueezeCopyConfig`` takes a trailing ``unsqueeze``, but
+  op_squeeze.py lowers it to a static reshape that allows one dynamic dim: "XNNPACK reshape only supports 1 dynamic
+  dimension" for a rotate-half ``stack(..., dim=-1)`` (Cohere, Cohere2, ERNIE 4.5) or an SSM's reshapes (Mamba2,
+  Parakeet) once batch and sequence length are both dynamic.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from typing import Any
+
+from .registry import Workaround, patch_attribute, register_workaround
+
+__all__ = ["max_dim_visitor_accepts", "reshape_visitor_accepts"]
+
+_MODULE = "executorch.backends.xnnpack.partition.config"
+
+
+def max_dim_visitor_accepts(node: Any) -> bool:
+    """Whether XNNPACK's ``max.dim`` / ``amax`` visitor lowers ``node``: keepdim given and true, dim 2 or 3 as
+    written."""
+    args = node.args
+    dim = args[1] if len(args) > 1 else node.kwargs.get("dim")
+    keepdim = args[2] if len(args) > 2 else node.kwargs.get("keepdim", False)
+    if isinstance(dim, (list, tuple)):
+        dim = dim[0] if len(dim) == 1 else None
+    return len(args) == 3 and keepdim is True and dim in (2, 3)
+
+
+def reshape_visitor_accepts(node: Any) -> bool:
+    """Whether XNNPACK's static reshape (the lowering of ``unsqueeze_copy``) takes ``node``'s output: at most one
+    of its dims symbolic."""
+    value = node.meta.get("val")
+    if value is None:
+        return False
+    return sum(1 for size in value.shape if not isinstance(size, int)) <= 1
+
+
+def _narrowing(config_name: str, accepts: Callable[[Any], bool]) -> Callable[[Any, dict], Callable[[], None]]:
+    """A workaround's ``apply``: ``config_name.check_constraints`` also requires ``accepts(node)``."""
+
+    def apply(model: Any, inputs: dict):
+        config = getattr(importlib.import_module(_MODULE), config_name)
+        original = config.check_constraints
+
+        def check_constraints(self: Any, node: Any, ep: Any) -> bool:
+            return original(self, node, ep) and accepts(node)
+
+        return patch_attribute(config, "check_constraints", check_constraints)
+
+    return apply
+
+
+for _id, _config, _accepts, _breaks in (
+    ("executorch-xnnpack-max-dim", "MaxDimConfig", max_dim_visitor_accepts,
+     "a max over dim=-1 (or without keepdim) on a rank-4 input is delegated, then XNNPACK's lowering raises "
+     "'amax.default only supports dim == 2 or dim == 3' / 'only supports keep_dim == True'"),
+    ("executorch-xnnpack-unsqueeze-dynamic", "UnsqueezeCopyConfig", reshape_visitor_accepts,
+     "a trailing unsqueeze whose output has two dynamic dims (batch and length) is delegated, then XNNPACK's "
+     "lowering raises 'XNNPACK reshape only supports 1 dynamic dimension'"),
+):
+    register_workaround(Workaround(
+        id=_id,
+        backend="executorch",
+        target=f"{_MODULE}.{_config}.check_constraints",
+        breaks=_breaks,
+        upstream=None,
+        versions={"executorch": ">=1.0,<1.6"},
+        apply=_narrowing(_config, _accepts),
+    ))
