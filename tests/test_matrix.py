@@ -59,6 +59,25 @@ def test_shrunk_configs_are_tiny_and_renumber_special_tokens():
     assert 248 <= llava_next.image_token_id < 256
 
 
+def test_a_hybrid_stack_keeps_an_attention_layer_and_latent_attention_and_mrope_shrink_consistently():
+    import torch
+
+    # the first 2 of Qwen3-Next's layers are linear attention; Jamba attends every 8th layer from the 5th
+    assert tiny_config("qwen3_next").layer_types == ["linear_attention", "full_attention"]
+    assert tiny_config("lfm3").layer_types == ["conv", "full_attention"]
+    jamba = tiny_config("jamba")
+    assert (jamba.attn_layer_period, jamba.attn_layer_offset) == (2, 1)
+    assert tiny_config("gemma3_text").layer_types == ["sliding_attention"] * 2  # an attention kind already: cut only
+    v3 = tiny_config("deepseek_v3")  # rope over qk_rope_head_dim; keys expanded to every head
+    assert v3.head_dim == v3.qk_rope_head_dim == 8 and v3.num_key_value_heads == v3.num_attention_heads == 4
+    glm = tiny_config("glm4v_moe").text_config  # half of 16 * 0.5 rotary dims
+    assert sum(glm.rope_parameters["mrope_section"]) == 4
+    model = build_model("deepseek_v3", "DeepseekV3ForCausalLM")  # eager generate failed on the shapes before
+    prompt = sample_inputs(model, "deepseek_v3", batch=2, seq=5, for_generation=True)
+    with torch.no_grad():
+        assert model.generate(**prompt, max_new_tokens=2, do_sample=False).shape == (2, 7)
+
+
 def test_a_backbone_the_plain_rules_cut_below_its_out_indices_gets_a_second_try_that_keeps_them():
     with pytest.raises(ValueError, match="out_features must be a subset of stage_names"):
         tiny_config("grounding-dino")  # Swin backbone read at stages 2-4, cut to 2 stages by the plain rules

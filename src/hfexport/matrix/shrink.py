@@ -5,7 +5,9 @@ images in 8-pixel patches and 16 audio positions over 8 mel bins. Sub-configs (`
 ``audio_config``, ``encoder``, ``decoder``...) are shrunk by the same rules. Special token ids that fall outside the
 small vocabulary are renumbered: pad/bos/eos/start-like ids to 0, 1, 2, ... and placeholder ids (image, video,
 audio tokens) from 255 down, so sampled text ids ``[3, 248)`` never hit a placeholder. Lists with one entry per
-layer (``layer_types``...) are cut to the new layer count.
+layer (``layer_types``...) are cut to the new layer count; a hybrid stack whose first layers are all linear attention
+or SSM keeps one attention layer. Latent attention (``kv_lora_rank``) keeps its rotary head dim and one key/value
+head per head; a multimodal rope's sections sum to half the rotary dims.
 
 When the config or model built by these rules fails, :func:`build_model` tries once more with a few extra rules
 (``fit``): a backbone keeps as many layers as its ``out_indices`` read, per-stage head lists become 4 each,
@@ -67,10 +69,18 @@ _CAP = {
     "entity_vocab_size": VOCAB,
     "num_self_attends_per_block": LAYERS,
 }
+# per-layer kinds of a hybrid stack, and those of them that attend over a key/value cache
+_LAYER_TYPE_KEYS = ("layer_types", "layers_block_type", "block_types")
+_ATTENTION_KINDS = ("full_attention", "sliding_attention", "chunked_attention", "indexed_attention", "attention",
+                    "hybrid")
+# text models whose modeling code falls back to a full-size mrope_section when the config has none
+_DEFAULT_MROPE = ("glm4v_text", "glm4v_moe_text", "glm_image_text", "glm_ocr_text", "paddleocr_vl_text")
 _LOW_TOKENS = ("pad_token_id", "bos_token_id", "eos_token_id", "decoder_start_token_id", "sep_token_id",
                "cls_token_id", "unk_token_id", "mask_token_id")
 _TOKEN_LISTS = ("suppress_tokens", "begin_suppress_tokens", "forced_decoder_ids")
 
+_QSA_INDEXER = {"indexer_n_heads": 2, "indexer_kv_heads": 1, "indexer_head_dim": HEAD_DIM, "indexer_budget": 8,
+                "indexer_compress_ratio": 4}
 # model_type -> config kwargs the generic rules get wrong for that family
 OVERRIDES: dict[str, dict[str, Any]] = {
     "gemma3_text": {"sliding_window": 8, "query_pre_attn_scalar": HEAD_DIM},
@@ -80,6 +90,20 @@ OVERRIDES: dict[str, dict[str, Any]] = {
                 "bos_token_id": 1, "eos_token_id": 2},  # Whisper's own ids are one id for all three
     "gemma3": {"mm_tokens_per_image": 4},  # 16 patches of 32-pixel images pooled 2 x 2
     "t5": {"relative_attention_num_buckets": 8, "relative_attention_max_distance": 32},
+    "codegen": {"rotary_dim": HEAD_DIM // 2},  # rotates 64 dims by default: more than a head has
+    "gptj": {"rotary_dim": HEAD_DIM // 2},
+    # defaults to a pure-Mamba stack; Granite 4.0-H mixes in attention layers
+    "granitemoehybrid": {"layer_types": ["linear_attention", "full_attention"]},
+    # its shared transformer block is tied across hybrid layers: one needs a second to tie to
+    "zamba": {"layers_block_type": ["hybrid", "hybrid"]},
+    # routers: top-k unset by default (DeepSeek-V2), more experts per token than the 4 kept (Kimi Linear), more
+    # expert groups than experts (AXK1)
+    "deepseek_v2": {"num_experts_per_tok": 2},
+    "kimi_linear": {"num_experts_per_token": 2},
+    "axk1": {"n_group": 2, "topk_group": 1},
+    # its attention layers select tokens through an indexer that is off by default ("indexed_attention" needs it)
+    "qwen4_exp_text": _QSA_INDEXER,
+    "qwen4_exp": {"text_config": _QSA_INDEXER},  # a dict for a sub-config is merged into it
 }
 # model_type -> hfexport.models.tiny case used instead of the generic rules
 FROM_TINY_CASES: dict[str, str] = {"qwen2_vl": "qwen2_vl", "llava": "llava"}
@@ -153,15 +177,46 @@ def _shrunk(values: dict[str, Any], layers_before: int | None, fit: bool = False
                 out[key] = [min(v, _CAP[key]) for v in value]
         elif isinstance(value, list) and layers_before and len(value) == layers_before and layers_before > layers:
             out[key] = value[:layers]
+    out.update(_hybrid_layers(values, layers))
+    rope_dim = values.get("qk_rope_head_dim")
+    if isinstance(rope_dim, int) and values.get("head_dim") == rope_dim:  # multi-head latent attention's rotary dim
+        out["head_dim"] = out.get("qk_rope_head_dim", rope_dim)
+    if isinstance(values.get("kv_lora_rank"), int) and isinstance(values.get("num_key_value_heads"), int):
+        out["num_key_value_heads"] = HEADS  # latent attention expands its keys to every head: no grouping
     rope = values.get("rope_parameters") or values.get("rope_scaling")
-    if isinstance(rope, dict) and "mrope_section" in rope:
+    if isinstance(rope, dict) and ("mrope_section" in rope or values.get("model_type") in _DEFAULT_MROPE):
         key = "rope_parameters" if values.get("rope_parameters") else "rope_scaling"
-        out[key] = {**rope, "mrope_section": [2, 3, 3]}  # sums to HEAD_DIM // 2
+        half = int(HEAD_DIM * rope.get("partial_rotary_factor", 1.0)) // 2  # the sections split half the rotary dims
+        out[key] = {**rope, "mrope_section": [half - 2 * ((half + 1) // 3), (half + 1) // 3, (half + 1) // 3]}
     for key, value in values.items():  # nested sub-configs, e.g. the language model inside a VLM's text_config
         if isinstance(value, dict) and "model_type" in value:
             out[key] = {**value, **_shrunk(value, _layer_count(value), fit)}
     vocab = min(values.get("vocab_size") or VOCAB, VOCAB) if isinstance(values.get("vocab_size"), int) else VOCAB
     out.update(_token_ids(values, vocab))
+    return out
+
+
+def _hybrid_layers(values: dict[str, Any], layers: int) -> dict[str, Any]:
+    """Keep one attention layer in a hybrid stack whose first ``layers`` layers are all linear attention, SSM or
+    convolution (Qwen3-Next: 3 of 4 layers linear; Jamba: attention every 8th layer, from the 5th): without one,
+    transformers' own generate() fails ("get_seq_length can only be called on Attention layers"), and the stack
+    would not exercise both kinds of cache. The last kept layer becomes the first attention-like one."""
+    out: dict[str, Any] = {}
+    for key in _LAYER_TYPE_KEYS:
+        types = values.get(key)
+        if not isinstance(types, list) or not types or not all(isinstance(t, str) for t in types):
+            continue
+        head = types[:layers]
+        first = next((t for t in types if t in _ATTENTION_KINDS), None)
+        if first is not None and len(head) == layers and not any(t in _ATTENTION_KINDS for t in head):
+            out[key] = [*head[:-1], first]
+    period, offset = values.get("attn_layer_period"), values.get("attn_layer_offset")
+    if isinstance(period, int) and isinstance(offset, int) and offset >= layers:
+        out.update(attn_layer_period=layers, attn_layer_offset=layers - 1)
+    for key in ("attn_layer_indices", "hybrid_layer_ids"):
+        indices = values.get(key, 0)
+        if indices is None or (isinstance(indices, list) and not any(i < layers for i in indices)):
+            out[key] = [layers - 1]
     return out
 
 
@@ -190,7 +245,8 @@ def tiny_config(model_type: str, fit: bool = False) -> Any:
         if _is_config(sub):
             sub_values = sub.to_dict()
             kwargs[key] = {**sub_values, **_shrunk(sub_values, _layer_count(sub_values), fit)}
-    kwargs.update(OVERRIDES.get(model_type, {}))
+    for key, value in OVERRIDES.get(model_type, {}).items():
+        kwargs[key] = {**kwargs[key], **value} if isinstance(value, dict) and isinstance(kwargs.get(key), dict) else value
     return config_class(**kwargs)
 
 
