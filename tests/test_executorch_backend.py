@@ -239,3 +239,19 @@ def test_a_trailing_unsqueeze_with_two_dynamic_dims_stays_outside_xnnpack_which_
     assert "executorch-xnnpack-unsqueeze-dynamic" in exported.components["model"].metadata.workarounds
     other = torch.randn(3, 5, 8)  # another batch and length than traced
     assert torch.equal(exported(x=other), _RotateHalf()(other))
+
+
+class _Scaled(torch.nn.Module):
+    def forward(self, x: torch.Tensor, scale: int = 1, bias: torch.Tensor | None = None) -> torch.Tensor:
+        return x * scale if bias is None else x * scale + bias
+
+
+def test_inputs_specialised_to_constants_are_fed_to_the_method_which_keeps_them_as_inputs():
+    """An int and a None kwarg stay inputs of the ExecuTorch method (set_inputs refused 7 tensors for 8 inputs with
+    error 0x12: Gemma 3's decode); the runner feeds their traced values, and the diagnosis names a bad shape."""
+    x = torch.randn(2, 3)
+    exported = ExecutorchExporter().export(_Scaled(), {"x": x, "scale": 3, "bias": None}, ExecutorchConfig())
+    assert exported.runner()._constant_slots == [(1, 3), (2, None)]
+    assert torch.equal(exported(x=x, scale=3), x * 3)
+    with pytest.raises(UnsupportedError, match=r"'x' has shape \[4, 3\], the export's dim 0 is static at 2"):
+        exported(x=torch.randn(4, 3), scale=3)

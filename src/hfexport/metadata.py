@@ -107,6 +107,9 @@ class ExportMetadata:
     inputs: list[TensorSpec] = dataclasses.field(default_factory=list)
     outputs: list[TensorSpec] = dataclasses.field(default_factory=list)
     workarounds: list[str] = dataclasses.field(default_factory=list)
+    #: ``[slot, value]`` of each input the export specialised to a constant (an int, a None) that the lowered
+    #: program still takes as an input, with the value it must be fed (ExecuTorch methods keep them)
+    program_constants: list[list] = dataclasses.field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}

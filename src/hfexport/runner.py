@@ -187,6 +187,28 @@ class ModelRunner:
             )
         return leaves
 
+    def shape_problems(self, leaves: list[torch.Tensor], bounds: list[list[int] | None] | None = None) -> list[str]:
+        """What in ``leaves`` (flat, in the program's order) the traced signature does not take: a rank, a static
+        size, or a dynamic size over its bound (``bounds``: the largest sizes per leaf, where the runtime knows
+        them). For an error message once a runtime has refused the inputs, not for the per-step path."""
+        problems = []
+        for i, (leaf, spec) in enumerate(zip(leaves, self._tensor_inputs)):
+            got, want = list(leaf.shape), list(spec.shape)
+            bound = bounds[i] if bounds and i < len(bounds) else None
+            if len(got) != len(want):
+                problems.append(f"{spec.name!r} has shape {got}, the export takes rank {len(want)} {want}")
+                continue
+            for d, (size, expected) in enumerate(zip(got, want)):
+                if isinstance(expected, int) and size != expected:
+                    problems.append(f"{spec.name!r} has shape {got}, the export's dim {d} is static at {expected} "
+                                    f"(traced {spec.example_shape or want})")
+                    break
+                if bound is not None and d < len(bound) and size > bound[d]:
+                    problems.append(f"{spec.name!r} has shape {got}, the export's dim {d} ({expected}) goes up to "
+                                    f"{bound[d]}")
+                    break
+        return problems
+
     def cast_inputs(self, leaves: list[torch.Tensor], copy: bool) -> list[torch.Tensor]:
         """Each leaf in its traced dtype; ``copy`` clones the ones a cast did not already copy."""
         flat = []

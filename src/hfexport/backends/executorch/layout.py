@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from torch.export.graph_signature import InputKind, OutputKind, TensorArgument
+from torch.export.graph_signature import ConstantArgument, InputKind, OutputKind, TensorArgument
 
-from ...metadata import ExportMetadata, IORole, TensorSpec, shape_of
+from ...metadata import ExportMetadata, IORole, TensorSpec, json_constant, shape_of
 
 __all__ = ["record_program_outputs"]
 
@@ -28,8 +28,10 @@ def record_program_outputs(manager: Any, metadata: ExportMetadata, method: str =
             metadata.inputs[index].role = IORole.STATE
             metadata.inputs[index].target = name
     signature = manager.exported_program(method).graph_signature
-    user_inputs = [s for s in signature.input_specs if s.kind == InputKind.USER_INPUT
-                   and isinstance(s.arg, TensorArgument)]
+    every_user_input = [s for s in signature.input_specs if s.kind == InputKind.USER_INPUT]
+    metadata.program_constants = [[slot, json_constant(s.arg.value)] for slot, s in enumerate(every_user_input)
+                                  if isinstance(s.arg, ConstantArgument)]
+    user_inputs = [s for s in every_user_input if isinstance(s.arg, TensorArgument)]
     fed = [spec for spec in metadata.inputs if spec.role is not IORole.STATE]
     if len(user_inputs) != len(fed):
         raise RuntimeError(

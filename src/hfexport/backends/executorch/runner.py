@@ -129,6 +129,7 @@ class ExecutorchRunner(ModelRunner):
         self._counter_buffers: list[torch.Tensor] | None = None
         self._handle: Any = None
         self._with_handle = self._plan_handle_output() if self._state else None
+        self._constant_slots = self._plan_constant_slots()
 
     @classmethod
     def _create(cls, program: Any, metadata: ExportMetadata, device: Any = None, **runner_kwargs: Any):
@@ -219,8 +220,15 @@ class ExecutorchRunner(ModelRunner):
         """Run on every flat input (those kept as state are not fed); write the updated ones back."""
         feed = [inputs[i] for i in self._fed] if self._state else inputs
         feed = [t if t.is_contiguous() else t.contiguous() for t in feed]
+        for slot, value in self._constant_slots:  # in slot order: each insert lands where the program expects it
+            feed.insert(slot, value)
         # a constant output (None, an int) comes back as its value; the metadata keeps it in out_constants
-        outputs = [o for o in self.method.execute(feed) if isinstance(o, torch.Tensor)]
+        try:
+            outputs = [o for o in self.method.execute(feed) if isinstance(o, torch.Tensor)]
+        except RuntimeError as e:
+            if "set_inputs" in str(e):
+                raise self._refused_inputs(inputs, e) from e
+            raise
         if len(outputs) != len(self.metadata.outputs):
             raise UnsupportedError(
                 f"the program returned {len(outputs)} outputs, its metadata lists {len(self.metadata.outputs)}; was "
@@ -233,6 +241,42 @@ class ExecutorchRunner(ModelRunner):
         for out_index, in_index in self._aliases.items():
             outputs[out_index] = inputs[in_index]
         return outputs
+
+    def _plan_constant_slots(self) -> list[tuple[int, Any]]:
+        """The method's non-tensor inputs, as (slot, traced value): an input the export specialised to a constant
+        (an int, a None) can stay an input of the ExecuTorch method, which must then be fed the traced value; the
+        exporter recorded which (``metadata.program_constants``)."""
+        slots = [(int(slot), value) for slot, value in self.metadata.program_constants]
+        meta = self._binding.method_meta() if callable(getattr(self._binding, "method_meta", None)) else None
+        fed = len(self._fed) if self._state else len(self.metadata.inputs)
+        if meta is not None and meta.num_inputs() != fed + len(slots):
+            raise UnsupportedError(
+                f"the ExecuTorch method {self.method_name!r} takes {meta.num_inputs()} inputs; its metadata lists "
+                f"{fed} tensors and {len(slots)} constant inputs: was the .pte saved with the metadata of another "
+                "export (or by an hfexport that did not record constant inputs)?"
+            )
+        return slots
+
+    def _refused_inputs(self, inputs: list[torch.Tensor], error: RuntimeError) -> UnsupportedError:
+        """The runtime's bare ``set_inputs`` error code, explained: which input the program cannot take, and why."""
+        meta = self._binding.method_meta() if callable(getattr(self._binding, "method_meta", None)) else None
+        bounds: list[list[int] | None] = [None] * len(inputs)
+        if meta is not None:  # the memory plan's sizes: a dynamic dim's upper bound
+            constant = {slot for slot, _ in self._constant_slots}
+            tensor_slots = [slot for slot in range(meta.num_inputs()) if slot not in constant]
+            for slot, i in zip(tensor_slots, self._fed if self._state else range(len(inputs))):
+                try:
+                    bounds[i] = list(meta.input_tensor_meta(slot).sizes())
+                except (RuntimeError, IndexError):
+                    pass
+        problems = self.shape_problems(inputs, bounds) or [
+            "every input's shape fits the traced signature; a dtype or a size between traced bounds may still differ"
+        ]
+        return UnsupportedError(
+            f"the ExecuTorch program ({self.method_name!r}) refused its inputs ({error}): " + "; ".join(problems[:3])
+            + ". A static size is fixed at export: re-export with the sample shape you run, or with dynamic shapes "
+            "that cover it."
+        )
 
 
 def _uses_llama_kernels(metadata: ExportMetadata) -> bool:
