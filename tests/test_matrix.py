@@ -65,6 +65,8 @@ def test_a_hybrid_stack_keeps_an_attention_layer_and_latent_attention_and_mrope_
     # the first 2 of Qwen3-Next's layers are linear attention; Jamba attends every 8th layer from the 5th
     assert tiny_config("qwen3_next").layer_types == ["linear_attention", "full_attention"]
     assert tiny_config("lfm3").layer_types == ["conv", "full_attention"]
+    nemotron = tiny_config("nemotron_h")  # Mamba then MoE: the MoE layer stays, an attention layer is added
+    assert (nemotron.layers_block_type, nemotron.num_hidden_layers) == (["linear_attention", "moe", "full_attention"], 3)
     jamba = tiny_config("jamba")
     assert (jamba.attn_layer_period, jamba.attn_layer_offset) == (2, 1)
     assert tiny_config("gemma3_text").layer_types == ["sliding_attention"] * 2  # an attention kind already: cut only

@@ -71,8 +71,8 @@ _CAP = {
 }
 # per-layer kinds of a hybrid stack, and those of them that attend over a key/value cache
 _LAYER_TYPE_KEYS = ("layer_types", "layers_block_type", "block_types")
-_ATTENTION_KINDS = ("full_attention", "sliding_attention", "chunked_attention", "indexed_attention", "attention",
-                    "hybrid")
+_ATTENTION_KINDS = ("full_attention", "sliding_attention", "chunked_attention", "indexed_attention",
+                    "window_attention", "attention", "hybrid", "hybrid_sliding")
 # text models whose modeling code falls back to a full-size mrope_section when the config has none
 _DEFAULT_MROPE = ("glm4v_text", "glm4v_moe_text", "glm_image_text", "glm_ocr_text", "paddleocr_vl_text")
 _LOW_TOKENS = ("pad_token_id", "bos_token_id", "eos_token_id", "decoder_start_token_id", "sep_token_id",
@@ -156,7 +156,7 @@ def _shrunk(values: dict[str, Any], layers_before: int | None, fit: bool = False
     """The overrides for one (sub)config, given its values (``to_dict()``) and its original layer count; ``fit``
     adds the rules of the second try (:func:`build_model`)."""
     out: dict[str, Any] = {}
-    layers = _layers(values, layers_before, fit)
+    layers, hybrid = _hybrid_layers(values, _layers(values, layers_before, fit))
     for key, value in values.items():
         if isinstance(value, bool) or value is None:
             continue
@@ -177,7 +177,7 @@ def _shrunk(values: dict[str, Any], layers_before: int | None, fit: bool = False
                 out[key] = [min(v, _CAP[key]) for v in value]
         elif isinstance(value, list) and layers_before and len(value) == layers_before and layers_before > layers:
             out[key] = value[:layers]
-    out.update(_hybrid_layers(values, layers))
+    out.update(hybrid)
     rope_dim = values.get("qk_rope_head_dim")
     if isinstance(rope_dim, int) and values.get("head_dim") == rope_dim:  # multi-head latent attention's rotary dim
         out["head_dim"] = out.get("qk_rope_head_dim", rope_dim)
@@ -196,20 +196,24 @@ def _shrunk(values: dict[str, Any], layers_before: int | None, fit: bool = False
     return out
 
 
-def _hybrid_layers(values: dict[str, Any], layers: int) -> dict[str, Any]:
-    """Keep one attention layer in a hybrid stack whose first ``layers`` layers are all linear attention, SSM or
-    convolution (Qwen3-Next: 3 of 4 layers linear; Jamba: attention every 8th layer, from the 5th): without one,
-    transformers' own generate() fails ("get_seq_length can only be called on Attention layers"), and the stack
-    would not exercise both kinds of cache. The last kept layer becomes the first attention-like one."""
+def _hybrid_layers(values: dict[str, Any], layers: int) -> tuple[int, dict[str, Any]]:
+    """The layer count and overrides that keep one attention layer in a hybrid stack whose first ``layers`` layers
+    are all linear attention, SSM, convolution or MLP (Qwen3-Next: 3 of 4 layers linear; Jamba: attention every 8th
+    layer, from the 5th). Without one, transformers' own generate() fails ("get_seq_length can only be called on
+    Attention layers"), and the stack would not exercise both kinds of cache. The last kept layer becomes the first
+    attention-like one, or, where that layer's kind would then be gone (Nemotron-H: Mamba, then MoE), one more
+    layer is added."""
     out: dict[str, Any] = {}
-    for key in _LAYER_TYPE_KEYS:
-        types = values.get(key)
-        if not isinstance(types, list) or not types or not all(isinstance(t, str) for t in types):
-            continue
+    keys = [k for k in _LAYER_TYPE_KEYS if isinstance(values.get(k), list) and values[k]
+            and all(isinstance(t, str) for t in values[k])]
+    if keys:
+        types = values[keys[0]]
         head = types[:layers]
         first = next((t for t in types if t in _ATTENTION_KINDS), None)
         if first is not None and len(head) == layers and not any(t in _ATTENTION_KINDS for t in head):
-            out[key] = [*head[:-1], first]
+            kept = [*head[:-1], first] if head[-1] in head[:-1] else [*head, first]
+            layers = len(kept)
+            out.update(dict.fromkeys(keys, kept))
     period, offset = values.get("attn_layer_period"), values.get("attn_layer_offset")
     if isinstance(period, int) and isinstance(offset, int) and offset >= layers:
         out.update(attn_layer_period=layers, attn_layer_offset=layers - 1)
@@ -217,7 +221,7 @@ def _hybrid_layers(values: dict[str, Any], layers: int) -> dict[str, Any]:
         indices = values.get(key, 0)
         if indices is None or (isinstance(indices, list) and not any(i < layers for i in indices)):
             out[key] = [layers - 1]
-    return out
+    return layers, out
 
 
 def _layer_count(values: dict[str, Any]) -> int | None:
