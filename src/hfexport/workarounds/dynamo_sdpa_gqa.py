@@ -14,7 +14,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from .registry import Workaround, patch_attribute, register_workaround
+from .registry import patch_attribute, workaround
 
 _MODULE = "transformers.integrations.sdpa_attention"
 
@@ -32,6 +32,15 @@ def _applies(model: Any, inputs: dict) -> bool:
     return impl == "sdpa" and isinstance(heads, int) and isinstance(kv_heads, int) and kv_heads < heads
 
 
+@workaround(
+    id="dynamo-sdpa-gqa",
+    backend="dynamo",
+    target=f"{_MODULE}.use_gqa_in_sdpa",
+    breaks="repeat_kv copies every layer's whole K/V cache to all query heads on each decode step (slower than eager)",
+    upstream=None,
+    versions={"transformers": ">=5.0,<5.24", "torch": ">=2.5"},
+    applies=_applies,
+)
 def _apply(model: Any, inputs: dict) -> Callable[[], None]:
     module = sys.modules[_MODULE]
     original = module.use_gqa_in_sdpa
@@ -40,17 +49,3 @@ def _apply(model: Any, inputs: dict) -> Callable[[], None]:
         return key.device.type == "cpu" or original(attention_mask, key, value)
 
     return patch_attribute(module, "use_gqa_in_sdpa", use_gqa)
-
-
-register_workaround(
-    Workaround(
-        id="dynamo-sdpa-gqa",
-        backend="dynamo",
-        target=f"{_MODULE}.use_gqa_in_sdpa",
-        breaks="repeat_kv copies every layer's whole K/V cache to all query heads on each decode step (slower than eager)",
-        upstream=None,
-        versions={"transformers": ">=5.0,<5.24", "torch": ">=2.5"},
-        apply=_apply,
-        applies=_applies,
-    )
-)

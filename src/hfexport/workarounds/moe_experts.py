@@ -1,14 +1,25 @@
-"""Shared by the backends' MoE workarounds: switch a model's experts from ``grouped_mm`` to ``batched_mm``.
+"""ExecuTorch, OpenVINO: run MoE experts as ``batched_mm`` instead of ``grouped_mm`` while exporting.
 
-transformers picks the ``grouped_mm`` experts implementation by default; backends without a grouped matmul
-(ExecuTorch's kernels, OpenVINO's PyTorch frontend) take ``batched_mm``, which computes the same experts with
-``bmm``. Each backend registers its own workaround (its own reason, versions and when to drop it) with these two.
+transformers picks the ``grouped_mm`` experts implementation by default (``torch._grouped_mm``, or its
+``transformers::grouped_mm_fallback`` custom op on CPU, with ``aten.histc`` to count tokens per expert). Neither
+backend has a grouped matmul:
+
+- ExecuTorch: XNNPACK does not delegate it, the portable/optimized kernel libraries have no ``_grouped_mm.out``, and
+  MLX has no lowering, so the edge verifier or the runtime fails on it. Drop once ExecuTorch ships the kernel.
+- OpenVINO: its PyTorch frontend has no conversion rule for any of the three ("No conversion rule found for
+  operations: aten.empty_permuted.default, aten.histc.default, transformers.grouped_mm_fallback.default"). Drop
+  once the frontend converts grouped matmuls.
+
+``batched_mm`` computes the same experts with ``bmm``, which both run. The model's own choice
+(``get_experts_implementation()``) is put back on exit. Each backend has its own workaround (reason, versions).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from typing import Any
+
+from .registry import Workaround, register_workaround
 
 __all__ = ["uses_grouped_mm_experts", "use_batched_mm_experts"]
 
@@ -27,3 +38,23 @@ def use_batched_mm_experts(model: Any, inputs: dict) -> Callable[[], None]:
     before = model.get_experts_implementation()
     model.set_experts_implementation("batched_mm")
     return lambda: model.set_experts_implementation(before)
+
+
+for _backend, _versions, _breaks in (
+    ("executorch", {"executorch": ">=1.0,<1.6"},
+     "MoE experts traced as grouped_mm (torch._grouped_mm / transformers::grouped_mm_fallback) have no ExecuTorch "
+     "kernel: XNNPACK does not delegate them and the portable kernels lack _grouped_mm.out"),
+    ("openvino", {"openvino": ">=2024.0,<2027"},
+     "MoE experts traced as grouped_mm (transformers::grouped_mm_fallback, aten.histc) have no OpenVINO conversion "
+     "rule"),
+):
+    register_workaround(Workaround(
+        id=f"{_backend}-moe-batched-mm",
+        backend=_backend,
+        target="transformers.PreTrainedModel.set_experts_implementation",
+        breaks=_breaks,
+        upstream=None,
+        versions=_versions,
+        apply=use_batched_mm_experts,
+        applies=uses_grouped_mm_experts,
+    ))

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .registry import Workaround, register_workaround
+from .registry import workaround
 
 __all__ = ["dequantize_per_channel"]
 
@@ -28,6 +28,15 @@ def dequantize_per_channel(
     return op.DequantizeLinear(input, scales, op.CastLike(zero_points, input), axis=axis)
 
 
+@workaround(
+    id="onnx-dequantize-per-channel",
+    backend="onnx",
+    target="onnxscript.function_libs.torch_lib.ops.quantized_decomposed",
+    breaks="a PT2E-quantized graph with per-channel int8 weights cannot be exported to ONNX (no translation "
+    "for quantized_decomposed.dequantize_per_channel)",
+    upstream=None,
+    versions={"onnxscript": "<=0.7.0"},
+)
 def _apply(model: Any, inputs: dict):
     import torch
     import torch.ao.quantization.fx._decomposed  # noqa: F401  (defines the quantized_decomposed ops)
@@ -35,17 +44,3 @@ def _apply(model: Any, inputs: dict):
     from ..backends.onnx.translations import register_translation
 
     return register_translation(torch.ops.quantized_decomposed.dequantize_per_channel.default, dequantize_per_channel)
-
-
-register_workaround(
-    Workaround(
-        id="onnx-dequantize-per-channel",
-        backend="onnx",
-        target="onnxscript.function_libs.torch_lib.ops.quantized_decomposed",
-        breaks="a PT2E-quantized graph with per-channel int8 weights cannot be exported to ONNX (no translation "
-        "for quantized_decomposed.dequantize_per_channel)",
-        upstream=None,
-        versions={"onnxscript": "<=0.7.0"},
-        apply=_apply,
-    )
-)

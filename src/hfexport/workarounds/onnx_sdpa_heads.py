@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .registry import Workaround, register_workaround
+from .registry import workaround
 
 __all__ = ["sdpa_as_attention"]
 
@@ -38,23 +38,18 @@ def sdpa_as_attention(
     return outputs[0] if isinstance(outputs, tuple | list) else outputs
 
 
+@workaround(
+    id="onnx-sdpa-symbolic-heads",
+    backend="onnx",
+    target="torch.onnx._internal.exporter._torchlib.ops.nn.aten_scaled_dot_product_attention_23",
+    breaks="an SDPA whose key has a symbolic head axis fails to export ('SDPA (MHA) requires q_num_heads = "
+    "kv_num_heads'): T5 and Whisper decode graphs with dynamic=True",
+    upstream=None,
+    versions={"torch": ">=2.9,<2.14"},
+)
 def _apply(model: Any, inputs: dict):
     import torch
 
     from ..backends.onnx.translations import register_translation
 
     return register_translation(torch.ops.aten.scaled_dot_product_attention.default, sdpa_as_attention, 23)
-
-
-register_workaround(
-    Workaround(
-        id="onnx-sdpa-symbolic-heads",
-        backend="onnx",
-        target="torch.onnx._internal.exporter._torchlib.ops.nn.aten_scaled_dot_product_attention_23",
-        breaks="an SDPA whose key has a symbolic head axis fails to export ('SDPA (MHA) requires q_num_heads = "
-        "kv_num_heads'): T5 and Whisper decode graphs with dynamic=True",
-        upstream=None,
-        versions={"torch": ">=2.9,<2.14"},
-        apply=_apply,
-    )
-)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .registry import Workaround, patch_attribute, register_workaround
+from .registry import patch_attribute, workaround
 
 __all__ = ["views_as_reshapes"]
 
@@ -39,6 +39,15 @@ def views_as_reshapes(program: Any) -> int:
     return count
 
 
+@workaround(
+    id="onnx-view-as-reshape",
+    backend="onnx",
+    target=f"{_MODULE}.decompose_with_registry",
+    breaks="torch.onnx's re-trace lays out SDPA's output differently from torch.export's, and a view of the "
+    "transposed output fails (T5: 'Cannot view a tensor with shape ... and strides ...')",
+    upstream=None,
+    versions={"torch": ">=2.9,<2.14"},
+)
 def _apply(model: Any, inputs: dict):
     import importlib
 
@@ -50,17 +59,3 @@ def _apply(model: Any, inputs: dict):
         return original(exported_program, registry)
 
     return patch_attribute(module, "decompose_with_registry", decompose_with_registry)
-
-
-register_workaround(
-    Workaround(
-        id="onnx-view-as-reshape",
-        backend="onnx",
-        target=f"{_MODULE}.decompose_with_registry",
-        breaks="torch.onnx's re-trace lays out SDPA's output differently from torch.export's, and a view of the "
-        "transposed output fails (T5: 'Cannot view a tensor with shape ... and strides ...')",
-        upstream=None,
-        versions={"torch": ">=2.9,<2.14"},
-        apply=_apply,
-    )
-)

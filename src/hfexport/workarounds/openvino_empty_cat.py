@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .registry import Workaround, patch_attribute, register_workaround
+from .registry import patch_attribute, workaround
 
 __all__ = ["drop_empty_cat_operands"]
 
@@ -48,6 +48,15 @@ def drop_empty_cat_operands(program: Any) -> int:
     return count
 
 
+@workaround(
+    id="openvino-empty-cat",
+    backend="openvino",
+    target="openvino.convert_model (aten.cat of a 1-D empty tensor)",
+    breaks="a prefill that starts a DynamicCache does not convert: torch.cat([tensor([]), keys], dim=-2) is "
+    "rejected by OpenVINO's PyTorch frontend (Axis -2 out of the tensor rank range)",
+    upstream=None,
+    versions={"openvino": ">=2024.0,<2027"},
+)
 def _apply(model: Any, inputs: dict):
     import openvino
 
@@ -61,17 +70,3 @@ def _apply(model: Any, inputs: dict):
         return original(input_model, *args, **kwargs)
 
     return patch_attribute(openvino, "convert_model", convert_model)
-
-
-register_workaround(
-    Workaround(
-        id="openvino-empty-cat",
-        backend="openvino",
-        target="openvino.convert_model (aten.cat of a 1-D empty tensor)",
-        breaks="a prefill that starts a DynamicCache does not convert: torch.cat([tensor([]), keys], dim=-2) is "
-        "rejected by OpenVINO's PyTorch frontend (Axis -2 out of the tensor rank range)",
-        upstream=None,
-        versions={"openvino": ">=2024.0,<2027"},
-        apply=_apply,
-    )
-)

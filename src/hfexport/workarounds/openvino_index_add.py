@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .registry import Workaround, patch_attribute, register_workaround
+from .registry import patch_attribute, workaround
 
 __all__ = ["index_add_as_scatter_add", "decompose_index_add"]
 
@@ -48,6 +48,15 @@ def decompose_index_add(program: Any) -> Any:
     return program.run_decompositions({torch.ops.aten.index_add.default: index_add_as_scatter_add})
 
 
+@workaround(
+    id="openvino-index-add",
+    backend="openvino",
+    target="openvino.convert_model (aten.index_add of an ExportedProgram)",
+    breaks="an exported aten.index_add does not convert: torch.export leaves out the default alpha and the "
+    "PyTorch frontend requires it ('Got less inputs 4 than expected 5'); Qwen2-VL's vision tower has one",
+    upstream="https://github.com/openvinotoolkit/openvino/issues/35628",
+    versions={"openvino": ">=2024.0,<2027"},
+)
 def _apply(model: Any, inputs: dict):
     import openvino
 
@@ -61,17 +70,3 @@ def _apply(model: Any, inputs: dict):
         return original(input_model, *args, **kwargs)
 
     return patch_attribute(openvino, "convert_model", convert_model)
-
-
-register_workaround(
-    Workaround(
-        id="openvino-index-add",
-        backend="openvino",
-        target="openvino.convert_model (aten.index_add of an ExportedProgram)",
-        breaks="an exported aten.index_add does not convert: torch.export leaves out the default alpha and the "
-        "PyTorch frontend requires it ('Got less inputs 4 than expected 5'); Qwen2-VL's vision tower has one",
-        upstream="https://github.com/openvinotoolkit/openvino/issues/35628",
-        versions={"openvino": ">=2024.0,<2027"},
-        apply=_apply,
-    )
-)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .registry import Workaround, patch_attribute, register_workaround
+from .registry import patch_attribute, workaround
 
 __all__ = ["split_repeated_outputs"]
 
@@ -52,6 +52,15 @@ def split_repeated_outputs(program: Any) -> int:
     return count
 
 
+@workaround(
+    id="openvino-repeated-outputs",
+    backend="openvino",
+    target="openvino.convert_model (an ExportedProgram returning one node twice)",
+    breaks="a program whose outputs hold one tensor twice (CLIP's vision tower: last_hidden_state is also "
+    "hidden_states[-1]) fails in the PyTorch frontend: 'Tensor name is not a number: <node>'",
+    upstream=None,
+    versions={"openvino": ">=2024.0,<2027"},
+)
 def _apply(model: Any, inputs: dict):
     import openvino
 
@@ -65,17 +74,3 @@ def _apply(model: Any, inputs: dict):
         return original(input_model, *args, **kwargs)
 
     return patch_attribute(openvino, "convert_model", convert_model)
-
-
-register_workaround(
-    Workaround(
-        id="openvino-repeated-outputs",
-        backend="openvino",
-        target="openvino.convert_model (an ExportedProgram returning one node twice)",
-        breaks="a program whose outputs hold one tensor twice (CLIP's vision tower: last_hidden_state is also "
-        "hidden_states[-1]) fails in the PyTorch frontend: 'Tensor name is not a number: <node>'",
-        upstream=None,
-        versions={"openvino": ">=2024.0,<2027"},
-        apply=_apply,
-    )
-)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .registry import Workaround, patch_attribute, register_workaround
+from .registry import patch_attribute, workaround
 
 __all__ = ["zero_fully_masked_rows"]
 
@@ -43,6 +43,15 @@ def zero_fully_masked_rows(model: Any) -> int:
     return count
 
 
+@workaround(
+    id="openvino-sdpa-masked-rows",
+    backend="openvino",
+    target="openvino.convert_model (ScaledDotProductAttention)",
+    breaks="OpenVINO's SDPA returns NaN for a fully masked query row (torch: zeros); the NaN reaches the cache "
+    "and a left-padded row then decodes NaN logits (tokens all 0)",
+    upstream=None,
+    versions={"openvino": ">=2024.0,<2027"},
+)
 def _apply(model: Any, inputs: dict):
     import openvino
 
@@ -54,17 +63,3 @@ def _apply(model: Any, inputs: dict):
         return converted
 
     return patch_attribute(openvino, "convert_model", convert_model)
-
-
-register_workaround(
-    Workaround(
-        id="openvino-sdpa-masked-rows",
-        backend="openvino",
-        target="openvino.convert_model (ScaledDotProductAttention)",
-        breaks="OpenVINO's SDPA returns NaN for a fully masked query row (torch: zeros); the NaN reaches the cache "
-        "and a left-padded row then decodes NaN logits (tokens all 0)",
-        upstream=None,
-        versions={"openvino": ">=2024.0,<2027"},
-        apply=_apply,
-    )
-)

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from .registry import Workaround, patch_attribute, register_workaround
+from .registry import patch_attribute, workaround
 
 __all__ = []
 
@@ -24,6 +24,16 @@ def _applies(model: Any, inputs: dict) -> bool:
     return type(model).__module__.split(".")[0] in ("onnx_ir", "onnx")
 
 
+@workaround(
+    id="onnxruntime-quantize-standard-attention",
+    backend="onnx",
+    target=f"{_MODULE}.AttentionQuant.should_quantize",
+    breaks="quantize_dynamic rewrites the standard ONNX Attention op into com.microsoft QAttention, which "
+    "ONNX Runtime then refuses ('Unrecognized attribute: is_causal for operator QAttention')",
+    upstream=None,
+    versions={"onnxruntime": ">=1.21,<1.33"},
+    applies=_applies,
+)
 def _apply(model: Any, inputs: dict) -> Callable[[], None]:
     from onnxruntime.quantization.operators.attention import AttentionQuant
 
@@ -35,18 +45,3 @@ def _apply(model: Any, inputs: dict) -> Callable[[], None]:
         return original(self)
 
     return patch_attribute(AttentionQuant, "should_quantize", should_quantize)
-
-
-register_workaround(
-    Workaround(
-        id="onnxruntime-quantize-standard-attention",
-        backend="onnx",
-        target=f"{_MODULE}.AttentionQuant.should_quantize",
-        breaks="quantize_dynamic rewrites the standard ONNX Attention op into com.microsoft QAttention, which "
-        "ONNX Runtime then refuses ('Unrecognized attribute: is_causal for operator QAttention')",
-        upstream=None,
-        versions={"onnxruntime": ">=1.21,<1.33"},
-        apply=_apply,
-        applies=_applies,
-    )
-)

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from .registry import Workaround, patch_attribute, register_workaround
+from .registry import patch_attribute, workaround
 
 __all__ = ["integer_scalars_back"]
 
@@ -47,6 +47,16 @@ def _applies(model: Any, inputs: dict) -> bool:
     return isinstance(model, torch.fx.GraphModule)
 
 
+@workaround(
+    id="pt2e-xnnpack-integer-scalars",
+    backend="executorch",
+    target=f"{_MODULE}.XNNPACKQuantizer.transform_for_annotation",
+    breaks="a Llama graph prepared by XNNPACKQuantizer fails on its first calibration forward (the mask's "
+    "integer index arithmetic turned float: 'tensors used as indices must be long')",
+    upstream=None,
+    versions={"executorch": ">=0.6,<1.6"},
+    applies=_applies,
+)
 def _apply(model: Any, inputs: dict) -> Callable[[], None]:
     from executorch.backends.xnnpack.quantizer.xnnpack_quantizer import XNNPACKQuantizer
 
@@ -56,18 +66,3 @@ def _apply(model: Any, inputs: dict) -> Callable[[], None]:
         return integer_scalars_back(original(self, model))
 
     return patch_attribute(XNNPACKQuantizer, "transform_for_annotation", transform_for_annotation)
-
-
-register_workaround(
-    Workaround(
-        id="pt2e-xnnpack-integer-scalars",
-        backend="executorch",
-        target=f"{_MODULE}.XNNPACKQuantizer.transform_for_annotation",
-        breaks="a Llama graph prepared by XNNPACKQuantizer fails on its first calibration forward (the mask's "
-        "integer index arithmetic turned float: 'tensors used as indices must be long')",
-        upstream=None,
-        versions={"executorch": ">=0.6,<1.6"},
-        apply=_apply,
-        applies=_applies,
-    )
-)

@@ -17,7 +17,7 @@ from typing import Any
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
-__all__ = ["Workaround", "register_workaround", "workarounds", "applied_workarounds", "patch_attribute"]
+__all__ = ["Workaround", "register_workaround", "workaround", "workarounds", "applied_workarounds", "patch_attribute"]
 
 Undo = Callable[[], None]
 
@@ -86,6 +86,22 @@ def register_workaround(workaround: Workaround) -> Workaround:
         raise ValueError(f"workaround {workaround.id!r} is already registered")
     _registry[workaround.id] = workaround
     return workaround
+
+
+def workaround(**fields: Any) -> Callable[[Callable[[Any, dict], Undo]], Callable[[Any, dict], Undo]]:
+    """Register the decorated ``apply(model, inputs) -> undo`` as a :class:`Workaround` with ``fields`` (every
+    field but ``apply``)::
+
+        @workaround(id="onnx-view-as-reshape", backend="onnx", target="...", breaks="...", versions={"torch": "<2.14"})
+        def _apply(model, inputs):
+            return patch_attribute(module, "decompose", ...)
+    """
+
+    def register(apply: Callable[[Any, dict], Undo]) -> Callable[[Any, dict], Undo]:
+        register_workaround(Workaround(apply=apply, **fields))
+        return apply
+
+    return register
 
 
 def workarounds(backend: str | None = None) -> list[Workaround]:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import inspect
 from typing import Any
 
-from .registry import Workaround, register_workaround
+from .registry import workaround
 
 __all__ = ["swallowed_inputs"]
 
@@ -32,6 +32,16 @@ def swallowed_inputs(model: Any, inputs: dict) -> list[str]:
     return [k for k in inputs if k not in params]
 
 
+@workaround(
+    id="torch-export-var-keyword-inputs",
+    backend="all",
+    target="torch.export.export (dynamic_shapes of inputs a forward takes through **kwargs)",
+    breaks="a model whose forward passes an input on through **kwargs (Evolla's cache, a VLM's language model) "
+    "fails torch.export with dynamic shapes: a flat dict is refused, a nested one is bound twice",
+    upstream="torch/export/_trace.py _get_range_constraints (combined_args_traced_order)",
+    versions={"torch": "<2.14"},
+    applies=lambda model, inputs: bool(swallowed_inputs(model, inputs)),
+)
 def _apply(model: Any, inputs: dict):
     original = model.forward
     signature = inspect.signature(original)
@@ -53,18 +63,3 @@ def _apply(model: Any, inputs: dict):
             del model.forward
 
     return undo
-
-
-register_workaround(
-    Workaround(
-        id="torch-export-var-keyword-inputs",
-        backend="all",
-        target="torch.export.export (dynamic_shapes of inputs a forward takes through **kwargs)",
-        breaks="a model whose forward passes an input on through **kwargs (Evolla's cache, a VLM's language model) "
-        "fails torch.export with dynamic shapes: a flat dict is refused, a nested one is bound twice",
-        upstream="torch/export/_trace.py _get_range_constraints (combined_args_traced_order)",
-        versions={"torch": "<2.14"},
-        apply=_apply,
-        applies=lambda model, inputs: bool(swallowed_inputs(model, inputs)),
-    )
-)

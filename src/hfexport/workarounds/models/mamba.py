@@ -17,7 +17,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from ..registry import Workaround, patch_attribute, register_workaround
+from ..registry import patch_attribute, workaround
 
 __all__ = ["closed_form_selective_scan"]
 
@@ -75,21 +75,16 @@ def _applies(model: Any, inputs: dict) -> bool:
     return module is not None and modules is not None and any(type(m).__module__ == _MODULE for m in modules())
 
 
+@workaround(
+    id="mamba-symbolic-scan",
+    backend="all",
+    target=f"{_MODULE}.mamba_selective_scan",
+    breaks="the Python loop over the sequence pins the prompt length under torch.export (guard Eq(seq, N))",
+    upstream=None,
+    versions={"transformers": ">=5.0,<5.24"},
+    applies=_applies,
+)
 def _apply(model: Any, inputs: dict):
     import sys
 
     return patch_attribute(sys.modules[_MODULE], "mamba_selective_scan", closed_form_selective_scan)
-
-
-register_workaround(
-    Workaround(
-        id="mamba-symbolic-scan",
-        backend="all",
-        target=f"{_MODULE}.mamba_selective_scan",
-        breaks="the Python loop over the sequence pins the prompt length under torch.export (guard Eq(seq, N))",
-        upstream=None,
-        versions={"transformers": ">=5.0,<5.24"},
-        apply=_apply,
-        applies=_applies,
-    )
-)
