@@ -196,16 +196,15 @@ class ModelRunner:
             got, want = list(leaf.shape), list(spec.shape)
             bound = bounds[i] if bounds and i < len(bounds) else None
             if len(got) != len(want):
-                problems.append(f"{spec.name!r} has shape {got}, the export takes rank {len(want)} {want}")
+                problems.append(f"{spec.name!r} {got}: the export takes rank {len(want)} {want}")
                 continue
             for d, (size, expected) in enumerate(zip(got, want)):
                 if isinstance(expected, int) and size != expected:
-                    problems.append(f"{spec.name!r} has shape {got}, the export's dim {d} is static at {expected} "
-                                    f"(traced {spec.example_shape or want})")
+                    problems.append(f"{spec.name!r} {got}: dim {d} is static at {expected} (traced "
+                                    f"{spec.example_shape or want})")
                     break
                 if bound is not None and d < len(bound) and size > bound[d]:
-                    problems.append(f"{spec.name!r} has shape {got}, the export's dim {d} ({expected}) goes up to "
-                                    f"{bound[d]}")
+                    problems.append(f"{spec.name!r} {got}: dim {d} ({expected}) goes up to {bound[d]}")
                     break
         return problems
 

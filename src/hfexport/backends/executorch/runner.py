@@ -273,9 +273,9 @@ class ExecutorchRunner(ModelRunner):
             "every input's shape fits the traced signature; a dtype or a size between traced bounds may still differ"
         ]
         return UnsupportedError(
-            f"the ExecuTorch program ({self.method_name!r}) refused its inputs ({error}): " + "; ".join(problems[:3])
-            + ". A static size is fixed at export: re-export with the sample shape you run, or with dynamic shapes "
-            "that cover it."
+            f"the ExecuTorch program ({self.method_name!r}) cannot take its inputs: " + "; ".join(problems[:3])
+            + f" ({error}). A static size is fixed at export: re-export with the sample shape you run, or with "
+            "dynamic shapes that cover it."
         )
 
 
