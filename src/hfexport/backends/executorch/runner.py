@@ -242,12 +242,16 @@ class ExecutorchRunner(ModelRunner):
             outputs[out_index] = inputs[in_index]
         return outputs
 
+    def _method_meta(self) -> Any:
+        """The loaded method's metadata (input count, tensor sizes), or ``None`` where the binding has none."""
+        return self._binding.method_meta() if callable(getattr(self._binding, "method_meta", None)) else None
+
     def _plan_constant_slots(self) -> list[tuple[int, Any]]:
         """The method's non-tensor inputs, as (slot, traced value): an input the export specialised to a constant
         (an int, a None) can stay an input of the ExecuTorch method, which must then be fed the traced value; the
         exporter recorded which (``metadata.program_constants``)."""
         slots = [(int(slot), value) for slot, value in self.metadata.program_constants]
-        meta = self._binding.method_meta() if callable(getattr(self._binding, "method_meta", None)) else None
+        meta = self._method_meta()
         fed = len(self._fed) if self._state else len(self.metadata.inputs)
         if meta is not None and meta.num_inputs() != fed + len(slots):
             raise UnsupportedError(
@@ -259,7 +263,7 @@ class ExecutorchRunner(ModelRunner):
 
     def _refused_inputs(self, inputs: list[torch.Tensor], error: RuntimeError) -> UnsupportedError:
         """The runtime's bare ``set_inputs`` error code, explained: which input the program cannot take, and why."""
-        meta = self._binding.method_meta() if callable(getattr(self._binding, "method_meta", None)) else None
+        meta = self._method_meta()
         bounds: list[list[int] | None] = [None] * len(inputs)
         if meta is not None:  # the memory plan's sizes: a dynamic dim's upper bound
             constant = {slot for slot, _ in self._constant_slots}
