@@ -123,7 +123,9 @@ def test_truncated_file_is_a_size_mismatch(saved_copy: Path, no_program_load):
     size = program.stat().st_size
     with open(program, "r+b") as f:
         f.truncate(size - 10)
-    assert _problems(saved_copy) == [f"model.pt2: size {size - 10} != {size} recorded in the manifest"]
+    assert _problems(saved_copy) == [
+        f"model.pt2: size {size - 10} bytes on disk, {size} recorded in the manifest (truncated or replaced)"
+    ]
 
 
 def test_missing_file(saved_copy: Path, no_program_load):
@@ -136,7 +138,7 @@ def test_absolute_path_in_manifest(saved_copy: Path, bad_path: str, no_program_l
     manifest = _manifest(saved_copy)
     manifest["files"].append({"path": bad_path, "size": 1, "sha256": "0" * 64})
     _write_manifest(saved_copy, manifest)
-    assert _problems(saved_copy) == [f"file path {bad_path!r} is absolute"]
+    assert _problems(saved_copy) == [f"export.json: files[3]: file path {bad_path!r} is absolute"]
 
 
 def test_dot_dot_path_in_manifest(saved_copy: Path, no_program_load):
@@ -147,7 +149,7 @@ def test_dot_dot_path_in_manifest(saved_copy: Path, no_program_load):
         {"path": "../outside.bin", "size": 6, "sha256": hashlib.sha256(b"secret").hexdigest()}
     )
     _write_manifest(saved_copy, manifest)
-    assert _problems(saved_copy) == ["file path '../outside.bin' leaves the export directory ('..')"]
+    assert _problems(saved_copy) == ["export.json: files[3]: file path '../outside.bin' leaves the export directory ('..')"]
 
 
 def test_symlink_leaving_the_directory(saved_copy: Path, no_program_load):
@@ -176,7 +178,7 @@ def test_invalid_json(saved_copy: Path, no_program_load):
 
 def test_manifest_that_is_not_an_object(saved_copy: Path, no_program_load):
     (saved_copy / MANIFEST_NAME).write_text("[1, 2]")
-    assert _problems(saved_copy) == [f"{MANIFEST_NAME} must hold a JSON object"]
+    assert _problems(saved_copy) == [f"{MANIFEST_NAME} must hold a JSON object, not list [1, 2]"]
 
 
 def test_newer_schema_version(saved_copy: Path, no_program_load):
@@ -199,8 +201,8 @@ def test_component_naming_an_unlisted_file(saved_copy: Path, no_program_load):
     del manifest["components"]["model"]["metadata"]
     _write_manifest(saved_copy, manifest)
     assert _problems(saved_copy) == [
-        "component 'model': file 'weights.bin' is not listed in 'files'",
-        "component 'model': missing its metadata",
+        "export.json: component 'model': file 'weights.bin' is not listed in 'files'",
+        "export.json: component 'model': 'metadata' must be an object, got nothing",
     ]
 
 
@@ -224,8 +226,8 @@ def test_every_problem_is_listed_at_once(saved_copy: Path, no_program_load):
     assert any(p.startswith("config.json: size") for p in problems)
     assert "generation_config.json: missing" in problems
     assert any(p.startswith("model.pt2: sha256") for p in problems)
-    assert "file path '/abs/file' is absolute" in problems
-    assert "file path 'a/../../x' leaves the export directory ('..')" in problems
+    assert "export.json: files[3]: file path '/abs/file' is absolute" in problems
+    assert "export.json: files[4]: file path 'a/../../x' leaves the export directory ('..')" in problems
 
 
 def test_read_manifest_without_verification_skips_hashes(saved_copy: Path):
@@ -409,7 +411,8 @@ def test_manifest_may_not_name_files_in_the_staging_folder(saved_copy: Path, no_
     manifest["files"].append(entry)
     _write_manifest(saved_copy, manifest)
     (problem,) = _problems(saved_copy)
-    assert problem == f"file path '{STAGING_NAME}/notes.txt' is inside the staging folder {STAGING_NAME!r}"
+    assert problem == (f"export.json: files[3]: file path '{STAGING_NAME}/notes.txt' is inside the staging folder "
+                       f"{STAGING_NAME!r}")
 
 
 def test_export_with_named_dims_saves_a_config_that_reloads(tmp_path: Path, make_tiny_llama, tiny_export):

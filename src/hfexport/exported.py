@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import dataclasses
-import json
+import os
 from pathlib import Path
 from typing import Any
 
 from .configs import ExportFormat, parse_format
-from .errors import ManifestError, UnsupportedError
-from .manifest import MANIFEST_NAME, _check_relative, read_manifest, write_export
+from .errors import HfExportError, ManifestError, UnsupportedError
+from .manifest import MANIFEST_NAME, parse_manifest, read_manifest, write_export
 from .metadata import ExportMetadata
 
 __all__ = ["ExportedModel", "ExportedComponent"]
@@ -211,8 +211,8 @@ class ExportedModel:
         From the Hub, only the files the manifest names are downloaded. Every file is checked against the manifest's
         size and sha256 before any program is read.
         """
-        local = Path(pretrained_model_name_or_path) / subfolder if subfolder else Path(pretrained_model_name_or_path)
-        if not local.is_dir():
+        local = _local_folder(pretrained_model_name_or_path, subfolder)
+        if local is None:
             local = _download(
                 str(pretrained_model_name_or_path),
                 cache_dir=cache_dir,
@@ -232,17 +232,82 @@ class ExportedModel:
         programs: dict[str, Any] = {}  # components saved as one file (one graph serving two stages) load it once
         for name, entry in manifest["components"].items():
             program_file = entry.get("program", entry["files"][0])
-            if program_file not in locations:
-                raise ManifestError(str(root), [f"component {name!r}: program {program_file!r} is not listed"])
+            metadata = _metadata(root, name, entry["metadata"])
             if program_file not in programs:
-                programs[program_file] = exporter.load_program(Path(locations[program_file]))
-            components[name] = ExportedComponent(programs[program_file], ExportMetadata.from_dict(entry["metadata"]))
+                with _as_manifest_error(root, program_file, f"a {manifest['export_format']} program"):
+                    programs[program_file] = exporter.load_program(Path(locations[program_file]))
+            components[name] = ExportedComponent(programs[program_file], metadata)
         configs = manifest.get("configs") or {}
-        config = _load_config(locations.get(configs.get("config")), trust_remote_code)
-        generation_config = _load_generation_config(locations.get(configs.get("generation_config")))
+        with _as_manifest_error(root, configs.get("config"), "a model config"):
+            config = _load_config(locations.get(configs.get("config")), trust_remote_code)
+        with _as_manifest_error(root, configs.get("generation_config"), "a generation config"):
+            generation_config = _load_generation_config(locations.get(configs.get("generation_config")))
         exported = cls(components, manifest["export_format"], config=config, generation_config=generation_config)
         exported.source_directory = root
-        return exported.to(device, **runner_kwargs)
+        files = ", ".join(dict.fromkeys(e.get("program", e["files"][0]) for e in manifest["components"].values()))
+        with _as_manifest_error(root, files, f"a {manifest['export_format']} program", run=True):
+            return exported.to(device, **runner_kwargs)
+
+
+def _looks_local(name: str) -> bool:
+    """Whether ``name`` is meant as a local path, never a Hub repo id: it exists, starts with ``.``, ``/`` or ``~``,
+    or is not of the form ``name`` / ``namespace/name`` that the Hub accepts (two separators, a backslash)."""
+    if os.path.lexists(name) or name.startswith((".", "/", "~")) or "\\" in name or os.sep in name.replace("/", "", 1):
+        return True
+    from huggingface_hub.utils import HFValidationError, validate_repo_id
+
+    try:
+        validate_repo_id(name)
+    except HFValidationError:
+        return True
+    return False
+
+
+def _local_folder(name: str | Path, subfolder: str) -> Path | None:
+    """The local export folder ``name`` names, or None for a Hub repo id; a local-looking path that is not a folder
+    is an error at once (a mistyped folder never waits on the network)."""
+    path = Path(os.path.expanduser(str(name)))
+    local = path / subfolder if subfolder else path
+    if local.is_dir():
+        return local
+    if isinstance(name, Path) or _looks_local(str(name)):
+        what = "is a file, not an export folder" if local.exists() else "does not exist"
+        raise ManifestError(str(local), [f"the local path {what} (a path is never looked up on the Hub; check the "
+                                         "spelling, or pass a Hub repo id as 'namespace/name')"])
+    return None
+
+
+def _metadata(root: Path, component: str, values: dict) -> ExportMetadata:
+    try:
+        return ExportMetadata.from_dict(values)
+    except (TypeError, ValueError, KeyError, AttributeError, RecursionError) as e:
+        raise ManifestError(str(root), [f"component {component!r}: its metadata is not one hfexport writes ({e})"]) \
+            from None
+
+
+class _as_manifest_error:
+    """Turns what a runtime raises on a file the manifest matched (a corrupt program, a config that does not parse)
+    into a :class:`ManifestError` naming the file; our own typed errors pass through."""
+
+    def __init__(self, root: Path, file: str | None, what: str, run: bool = False):
+        self.root, self.file, self.what, self.run = root, file, what, run
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind: Any, error: BaseException | None, traceback: Any) -> bool:
+        if error is None or isinstance(error, HfExportError) or not isinstance(error, Exception):
+            return False
+        lines = [line.strip() for line in str(error).strip().splitlines() if line.strip()] or [kind.__name__]
+        cause = f"{kind.__name__}: {lines[0][:300]}"
+        if self.run:
+            why = (f"{self.file}: the runtime refused it ({cause}). If the device and runner options are right, the "
+                   "file was written corrupt or tampered with before the manifest was sealed")
+        else:
+            why = (f"{self.file}: cannot be read as {self.what} ({cause}). The file matches the manifest, so it was "
+                   "written corrupt or tampered with before the manifest was sealed")
+        raise ManifestError(str(self.root), [f"{why}: re-export the model, or get the export from a source you "
+                                             "trust"]) from error
 
 
 def _download(repo_id: str, *, subfolder: str, **hub: Any) -> Path:
@@ -255,17 +320,12 @@ def _download(repo_id: str, *, subfolder: str, **hub: Any) -> Path:
             repo_id, [f"not a local directory, and {MANIFEST_NAME} could not be fetched from the Hub: {e}"]
         ) from e
     try:
-        manifest = json.loads(manifest_path.read_text())
-    except json.JSONDecodeError as e:
-        raise ManifestError(repo_id, [f"{MANIFEST_NAME} is not valid JSON: {e}"]) from None
-    if not isinstance(manifest, dict) or not isinstance(manifest.get("files"), list):
-        raise ManifestError(repo_id, [f"{MANIFEST_NAME} must be an object with a 'files' list"])
-    files = manifest["files"]
-    problems = [p for p in (_check_relative(f.get("path") if isinstance(f, dict) else f) for f in files) if p]
-    if problems:
-        raise ManifestError(repo_id, problems)
+        text = manifest_path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise ManifestError(repo_id, [f"{MANIFEST_NAME} cannot be read ({e})"]) from None
+    manifest = parse_manifest(text, repo_id)  # every path checked before anything else is downloaded
     missing = []
-    for entry in files:
+    for entry in manifest["files"]:
         try:
             hf_hub_download(repo_id, entry["path"], subfolder=subfolder or None, **hub)
         except Exception as e:  # noqa: BLE001 - collected, reported together
@@ -280,9 +340,9 @@ def _load_config(path: str | None, trust_remote_code: bool) -> Any:
         return None
     from transformers import AutoConfig, PretrainedConfig
 
-    folder = str(Path(path).parent)
+    # the file the manifest names and verified, never another one the folder holds
     try:
-        return AutoConfig.from_pretrained(folder, trust_remote_code=trust_remote_code)
+        return AutoConfig.from_pretrained(path, trust_remote_code=trust_remote_code)
     except (ValueError, KeyError, OSError):
         return PretrainedConfig.from_json_file(path)
 
@@ -292,4 +352,4 @@ def _load_generation_config(path: str | None) -> Any:
         return None
     from transformers import GenerationConfig
 
-    return GenerationConfig.from_pretrained(str(Path(path).parent))
+    return GenerationConfig.from_pretrained(str(Path(path).parent), config_file_name=Path(path).name)

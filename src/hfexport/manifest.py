@@ -9,9 +9,12 @@ Layout of a saved export directory::
 
 Saving stages every file in ``.hfexport-staging/`` and only then moves them in, the manifest last. If a save is
 killed while moving, the staged manifest is complete and names where every file is, so loading (and the next save)
-finishes the move: nothing is lost. Loading validates the whole manifest first and reports every problem at once:
-absolute paths, ``..``, links that leave the directory, missing files, size and sha256 mismatches. (In a
-``huggingface_hub`` cache snapshot, links into that repo's own ``blobs/`` are how the files are stored: allowed.)
+finishes the move: nothing is lost. That recovery never follows a link: a staging folder, a staged file or a folder
+on the way that is a symbolic link is left alone (a link is removed, never its target), so it cannot move files of
+another folder. Loading validates the whole manifest first (:mod:`.manifest_schema`) and reports every problem at
+once: wrong types, absolute paths, ``..``, links that leave the directory, missing files, size and sha256 mismatches.
+(In a ``huggingface_hub`` cache snapshot, links into that repo's own ``blobs/`` are how the files are stored:
+allowed.)
 """
 
 from __future__ import annotations
@@ -21,18 +24,20 @@ import json
 import os
 import re
 import shutil
+import stat
 from collections.abc import Callable
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import Any
 
 from .errors import ManifestError
+from .manifest_schema import (MANIFEST_NAME, SCHEMA_VERSION, STAGING_NAME, check_manifest, check_relative, fail,
+                              parse_manifest)
 
-__all__ = ["MANIFEST_NAME", "SCHEMA_VERSION", "write_export", "read_manifest", "sha256_file"]
+__all__ = ["MANIFEST_NAME", "SCHEMA_VERSION", "STAGING_NAME", "write_export", "read_manifest", "sha256_file",
+           "parse_manifest"]
 
-MANIFEST_NAME = "export.json"
-STAGING_NAME = ".hfexport-staging"
-SCHEMA_VERSION = 1
 _CHUNK = 1 << 20
+_check_relative = check_relative  # the name earlier modules import
 
 
 def sha256_file(path: Path) -> str:
@@ -51,33 +56,59 @@ def _fsync_file(path: Path) -> None:
         os.close(fd)
 
 
+def _is_real_dir(path: Path) -> bool:
+    try:
+        return stat.S_ISDIR(os.lstat(path).st_mode)
+    except OSError:
+        return False
+
+
+def _is_real_file(path: Path) -> bool:
+    try:
+        return stat.S_ISREG(os.lstat(path).st_mode)
+    except OSError:
+        return False
+
+
+def _real_parents(directory: Path, relative: str) -> bool:
+    """Whether every folder between ``directory`` and ``relative``'s parent is a real folder (or missing), never a
+    link: a move into ``sub/file`` through a linked ``sub`` would land outside."""
+    current = directory
+    for part in Path(relative).parts[:-1]:
+        current = current / part
+        if os.path.lexists(current) and not _is_real_dir(current):
+            return False
+    return True
+
+
+def _discard_staging(staging: Path) -> None:
+    """Remove a staging folder; a link is removed itself, never what it points to."""
+    if os.path.islink(staging) or (os.path.lexists(staging) and not _is_real_dir(staging)):
+        os.unlink(staging)
+    elif _is_real_dir(staging):
+        shutil.rmtree(staging, ignore_errors=True)
+
+
 def _finish_pending(directory: Path) -> None:
-    """Complete (or discard) a save that was interrupted."""
+    """Complete (or discard) a save that was interrupted; never follows a link."""
     staging = directory / STAGING_NAME
-    if not staging.is_dir():
-        return
+    if not _is_real_dir(staging):
+        return  # missing, or a link / file that is not our staging folder: loading ignores it, saving removes it
     staged_manifest = staging / MANIFEST_NAME
-    if staged_manifest.is_file():
-        # a staged manifest may not be ours (a copied or downloaded directory): check every path before moving any
-        try:
-            manifest = json.loads(staged_manifest.read_text())
-        except (json.JSONDecodeError, UnicodeDecodeError) as e:
-            raise ManifestError(str(directory), [f"{STAGING_NAME}/{MANIFEST_NAME} is not valid JSON: {e}"]) from None
-        entries = manifest.get("files") if isinstance(manifest, dict) else None
-        if not isinstance(entries, list):
-            raise ManifestError(str(directory), [f"{STAGING_NAME}/{MANIFEST_NAME} has no 'files' list"])
-        problems = [
-            f"{STAGING_NAME}/{MANIFEST_NAME}: {bad}"
-            for bad in (_check_relative(e.get("path") if isinstance(e, dict) else e) for e in entries)
-            if bad
-        ]
-        if problems:
-            raise ManifestError(str(directory), problems)
-        for entry in entries:
+    if _is_real_file(staged_manifest):
+        # a staged manifest may not be ours (a copied or downloaded directory): check all of it before moving any
+        manifest = parse_manifest(_read_text(staged_manifest, str(directory)), str(directory),
+                                  name=f"{STAGING_NAME}/{MANIFEST_NAME}")
+        for entry in manifest["files"]:
             src = staging / entry["path"]
-            if src.is_file():
-                (directory / entry["path"]).parent.mkdir(parents=True, exist_ok=True)
-                os.replace(src, directory / entry["path"])
+            if not _is_real_file(src) or not _real_parents(staging, entry["path"]):
+                continue  # already moved, or a link planted in the staging folder: left where it is
+            if not _real_parents(directory, entry["path"]):
+                raise ManifestError(str(directory), [
+                    f"{entry['path']}: a folder on its path is a link; an interrupted save is not finished through "
+                    "links. Remove the link, or re-export"])
+            (directory / entry["path"]).parent.mkdir(parents=True, exist_ok=True)
+            os.replace(src, directory / entry["path"])
         os.replace(staged_manifest, directory / MANIFEST_NAME)
     shutil.rmtree(staging, ignore_errors=True)
 
@@ -100,6 +131,8 @@ def write_export(
     directory.mkdir(parents=True, exist_ok=True)
     _finish_pending(directory)
     staging = directory / STAGING_NAME
+    if os.path.lexists(staging):
+        _discard_staging(staging)  # a link or a stray file in the way: removed itself, its target untouched
     staging.mkdir()
     try:
         body = write_files(staging)
@@ -120,31 +153,17 @@ def write_export(
     return manifest
 
 
-def _check_relative(path: Any) -> str | None:
-    if not isinstance(path, str) or not path:
-        return f"file path {path!r} is not a non-empty string"
-    if "\\" in path or "\x00" in path:
-        return f"file path {path!r} contains a backslash or NUL"
-    pure = PurePosixPath(path)
-    if pure.is_absolute() or (len(path) > 1 and path[1] == ":"):
-        return f"file path {path!r} is absolute"
-    if ".." in pure.parts:
-        return f"file path {path!r} leaves the export directory ('..')"
-    if pure.parts and pure.parts[0] == STAGING_NAME:
-        return f"file path {path!r} is inside the staging folder {STAGING_NAME!r}"
-    return None
-
-
 def read_manifest(directory: str | Path, verify: bool = True) -> tuple[dict[str, Any], Path]:
     """Read and validate the manifest of an export directory; returns ``(manifest, root)``.
 
     Raises:
-        ManifestError: listing every problem (missing manifest, bad JSON, unsupported schema, unsafe paths, links
-            leaving the directory, missing files, size or sha256 mismatches, components naming unlisted files).
+        ManifestError: listing every problem (missing manifest, bad JSON, wrong types, unsupported schema, unsafe
+            paths, links leaving the directory, missing files, size or sha256 mismatches, components naming
+            unlisted files).
     """
     root = Path(directory)
     staging = root / STAGING_NAME
-    if (staging / MANIFEST_NAME).is_file():
+    if _is_real_dir(staging) and _is_real_file(staging / MANIFEST_NAME):
         # an interrupted save whose commit point was reached: finish it, or read the files where they are
         try:
             _finish_pending(root)
@@ -153,73 +172,67 @@ def read_manifest(directory: str | Path, verify: bool = True) -> tuple[dict[str,
     return _read_from(root, None, verify)
 
 
-def _read_from(root: Path, staging: Path | None, verify: bool) -> tuple[dict[str, Any], Path]:
-    manifest_path = (staging or root) / MANIFEST_NAME
-    if not manifest_path.is_file():
-        raise ManifestError(str(root), [f"no {MANIFEST_NAME} (this is not an hfexport export directory)"])
+def _read_text(path: Path, where: str) -> str:
     try:
-        manifest = json.loads(manifest_path.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise ManifestError(str(root), [f"{MANIFEST_NAME} is not valid JSON: {e}"]) from None
-    problems: list[str] = []
-    if not isinstance(manifest, dict):
-        raise ManifestError(str(root), [f"{MANIFEST_NAME} must hold a JSON object"])
-    version = manifest.get("schema_version")
-    if not isinstance(version, int) or version > SCHEMA_VERSION or version < 1:
-        problems.append(f"schema_version {version!r} is not supported (this hfexport reads <= {SCHEMA_VERSION})")
-    for key, kind in (("export_format", str), ("components", dict), ("files", list)):
-        if not isinstance(manifest.get(key), kind):
-            problems.append(f"'{key}' is missing or not a {kind.__name__}")
-    if problems:
-        raise ManifestError(str(root), problems)
+        with open(path, "rb") as f:
+            data = f.read(_MAX_MANIFEST_BYTES + 1)
+    except OSError as e:
+        raise ManifestError(where, [f"{path.name} cannot be read ({e.strerror or e})"]) from None
+    if len(data) > _MAX_MANIFEST_BYTES:
+        raise ManifestError(where, [f"{path.name} is over {_MAX_MANIFEST_BYTES >> 20} MiB: not a manifest hfexport "
+                                    "writes"])
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise ManifestError(where, [f"{path.name} is not UTF-8 text"]) from None
 
+
+_MAX_MANIFEST_BYTES = 64 << 20
+
+
+def _read_from(root: Path, staging: Path | None, verify: bool) -> tuple[dict[str, Any], Path]:
+    if not root.is_dir():
+        raise ManifestError(str(root), ["no such directory"])
+    manifest_path = (staging or root) / MANIFEST_NAME
     resolved_root = root.resolve()
     # a Hub cache snapshot holds links into its repo's blobs/: those stay inside the downloaded repo
     allowed_roots = [resolved_root, *_hub_blobs(root)]
-    listed: dict[str, dict] = {}
+    if not os.path.lexists(manifest_path):
+        hint = (f" ({STAGING_NAME} is a link or not a folder: never followed)"
+                if os.path.lexists(root / STAGING_NAME) and not _is_real_dir(root / STAGING_NAME) else "")
+        raise ManifestError(str(root), [f"no {MANIFEST_NAME} (this is not an hfexport export directory){hint}"])
+    if not _inside(manifest_path, allowed_roots) or not manifest_path.is_file():
+        raise ManifestError(str(root), [f"{MANIFEST_NAME} is a link that leaves the export directory, or not a "
+                                        "regular file: it is not read"])
+    manifest, problems = check_manifest(_read_text(manifest_path, str(root)), str(root))
     for entry in manifest["files"]:
-        if not isinstance(entry, dict):
-            problems.append(f"file entry {entry!r} is not an object")
-            continue
-        path = entry.get("path")
-        bad = _check_relative(path)
-        if bad:
-            problems.append(bad)
-            continue
-        listed[path] = entry
+        path = entry["path"]
         location = _locate(root, staging, path)
         if location is None:
             problems.append(f"{path}: missing")
             continue
-        target = location.resolve()
-        if not any(allowed in target.parents for allowed in allowed_roots):
-            problems.append(f"{path}: is a link that leaves the export directory (-> {target})")
+        if not _inside(location, allowed_roots):
+            problems.append(f"{path}: is a link that leaves the export directory (-> {location.resolve()})")
             continue
         if not location.is_file():
             problems.append(f"{path}: not a regular file")
             continue
         if verify:
             size = location.stat().st_size
-            if size != entry.get("size"):
-                problems.append(f"{path}: size {size} != {entry.get('size')} recorded in the manifest")
-            elif sha256_file(location) != entry.get("sha256"):
+            if size != entry["size"]:
+                problems.append(f"{path}: size {size} bytes on disk, {entry['size']} recorded in the manifest "
+                                "(truncated or replaced)")
+            elif sha256_file(location) != entry["sha256"]:
                 problems.append(f"{path}: sha256 does not match the manifest (corrupt or modified)")
-    for name, component in manifest["components"].items():
-        if not isinstance(component, dict) or not isinstance(component.get("files"), list):
-            problems.append(f"component {name!r}: missing its 'files' list")
-            continue
-        for path in component["files"]:
-            if path not in listed:
-                problems.append(f"component {name!r}: file {path!r} is not listed in 'files'")
-        if not isinstance(component.get("metadata"), dict):
-            problems.append(f"component {name!r}: missing its metadata")
-    for key, path in (manifest.get("configs") or {}).items():
-        if path not in listed:
-            problems.append(f"config {key!r}: file {path!r} is not listed in 'files'")
     if problems:
-        raise ManifestError(str(root), problems)
-    manifest["_locations"] = {path: str(_locate(root, staging, path)) for path in listed}
+        fail(str(root), problems)
+    manifest["_locations"] = {e["path"]: str(_locate(root, staging, e["path"])) for e in manifest["files"]}
     return manifest, root
+
+
+def _inside(location: Path, allowed_roots: list[Path]) -> bool:
+    target = location.resolve()
+    return any(allowed in target.parents for allowed in allowed_roots)
 
 
 _COMMIT = re.compile(r"[0-9a-f]{40}")

@@ -12,7 +12,7 @@ import torch
 
 from ...capture.caches import register_cache_classes
 from . import shared_weights
-from .safety import check_archive_pickles, example_inputs_are_safe, safe_globals
+from .safety import check_archive, example_inputs_are_safe, safe_globals
 from ...configs import DynamoConfig, ExportFormat
 from ...exporter import HfExporter
 from ...metadata import ExportMetadata
@@ -87,7 +87,7 @@ class DynamoExporter(HfExporter):
         """
         register_cache_classes()
         allowed = safe_globals()
-        check_archive_pickles(Path(path), allowed)
+        check_archive(Path(path), allowed)
         extra = {shared_weights.EXTRA_FILE: ""}
         with torch.serialization.safe_globals(allowed):
             program = torch.export.load(str(path), extra_files=extra)
