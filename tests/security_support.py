@@ -49,6 +49,8 @@ class Case:
     match: str
     reseal: bool = True
     call: Callable[[Any, dict], Any] | None = None
+    after: Callable[[Path, Path], None] | None = None
+    """Checks after the refusal (gets the folder and the marker path): e.g. that another folder is untouched."""
 
     @property
     def param(self) -> Any:

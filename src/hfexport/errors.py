@@ -50,11 +50,12 @@ class UnsupportedError(HfExportError, ValueError):
 class ManifestError(HfExportError, ValueError):
     """An export directory is missing, corrupt or tampered with; lists every problem found."""
 
-    def __init__(self, directory: str, problems: Sequence[str]):
+    def __init__(self, directory: str, problems: Sequence[str], total: int | None = None):
         self.directory = directory
         self.problems = list(problems)
+        self.total = len(self.problems) if total is None else total  # problems found; ``problems`` may list fewer
         super().__init__(
-            f"cannot load the export in {directory!r} ({len(self.problems)} problem(s)):\n{_bullets(self.problems)}\n"
+            f"cannot load the export in {directory!r} ({self.total} problem(s)):\n{_bullets(self.problems)}\n"
             "Re-export the model, or restore the directory from where it was published."
         )
 

@@ -302,10 +302,15 @@ class HfExporter(abc.ABC):
             values = dict(config)
             values.setdefault("export_format", str(self.export_format))
             config = self.config_class.from_dict(values)
-        if not isinstance(config, self.config_class):
+        # the backend configs subclass DynamoConfig: an OnnxConfig is a DynamoConfig by type, not by format
+        fmt = getattr(config, "export_format", None)
+        if not isinstance(config, self.config_class) or (fmt is not None and str(fmt) != str(self.export_format)):
             raise ConfigError(
                 type(self).__name__,
-                [f"config must be a {self.config_class.__name__} (or its dict), got {type(config).__name__}"],
+                [f"config must be a {self.config_class.__name__} (or its dict), got {type(config).__name__}"
+                 + (f" (export_format {str(fmt)!r}): use the exporter for that format, or a "
+                    f"{self.config_class.__name__}" if fmt is not None and isinstance(config, self.config_class)
+                    else "")],
             )
         return config
 

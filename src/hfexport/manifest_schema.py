@@ -164,9 +164,10 @@ def _configs(configs: Any, listed: set[str], name: str, problems: list[str]) -> 
 
 def fail(where: str, problems: list[str]) -> None:
     """Raise the :class:`ManifestError` for ``problems`` (the first :data:`MAX_LISTED` of them)."""
-    if len(problems) > MAX_LISTED:
-        problems = [*problems[:MAX_LISTED], f"... and {len(problems) - MAX_LISTED} more problems"]
-    raise ManifestError(where, problems)
+    total = len(problems)
+    if total > MAX_LISTED:
+        problems = [*problems[:MAX_LISTED], f"... and {total - MAX_LISTED} more problems"]
+    raise ManifestError(where, problems, total=total)
 
 
 def _kind(value: Any) -> str:

@@ -74,14 +74,30 @@ class TensorSpec:
 
     @classmethod
     def from_dict(cls, values: Mapping[str, Any]) -> TensorSpec:
+        """Build from a saved dict; a field of the wrong type is a ``ValueError`` naming it."""
+        if not isinstance(values, Mapping):
+            raise ValueError(f"a tensor spec must be an object, got {type(values).__name__}")
+        name = values.get("name")
+        _expect(isinstance(name, str), "name", name, "a string")
+        role = values.get("role")
+        _expect(role in _ROLES, f"{name}.role", role, f"one of {sorted(_ROLES)}")
+        dtype = values.get("dtype")
+        _expect(dtype in _DTYPE_NAMES, f"{name}.dtype", dtype, "a torch dtype name")
+        shape = values.get("shape")
+        _expect(_sizes(shape, symbols=True), f"{name}.shape", shape, "a list of sizes (ints or symbol names)")
+        example = values.get("example_shape")
+        _expect(example is None or _sizes(example, symbols=False), f"{name}.example_shape", example, "a list of ints")
+        for key in ("target", "device"):
+            _expect(values.get(key) is None or isinstance(values.get(key), str), f"{name}.{key}", values.get(key),
+                    "a string")
         return cls(
-            name=values["name"],
-            role=IORole(values["role"]),
-            dtype=values["dtype"],
-            shape=list(values["shape"]),
-            mutated=bool(values.get("mutated", False)),
+            name=name,
+            role=IORole(role),
+            dtype=dtype,
+            shape=list(shape),
+            mutated=values.get("mutated", False) is True,
             target=values.get("target"),
-            example_shape=values.get("example_shape"),
+            example_shape=example,
             device=values.get("device"),
         )
 
@@ -119,9 +135,21 @@ class ExportMetadata:
 
     @classmethod
     def from_dict(cls, values: Mapping[str, Any]) -> ExportMetadata:
-        """Build from a saved dict, skipping keys this version does not know (written by a newer one)."""
+        """Build from a saved dict, skipping keys this version does not know (written by a newer one).
+
+        Raises:
+            ValueError: a known field has the wrong type (the message names it).
+        """
         names = {f.name for f in dataclasses.fields(cls)}
         kwargs = {k: v for k, v in values.items() if k in names}
+        for key, value in kwargs.items():
+            kind, label = _FIELD_TYPES[key]
+            _expect(isinstance(value, kind) and not isinstance(value, bool), key, value, label)
+        for key, value in kwargs.get("kwargs", {}).items():
+            _expect(isinstance(value, dict), f"kwargs.{key}", value, "an object")
+        for key in ("in_spec", "out_spec"):
+            if kwargs.get(key) is not None:
+                _expect(_is_json(kwargs[key]), key, kwargs[key], "a serialized tree spec (JSON text)")
         kwargs["inputs"] = [TensorSpec.from_dict(s) for s in kwargs.get("inputs", [])]
         kwargs["outputs"] = [TensorSpec.from_dict(s) for s in kwargs.get("outputs", [])]
         return cls(**kwargs)
@@ -145,6 +173,40 @@ class ExportMetadata:
         kwargs_spec = spec.child(1) if spec.type is tuple and spec.num_children == 2 else spec
         names = list(kwargs_spec.context) if kwargs_spec.type is dict else []
         return {name: kwargs_spec.child(i) for i, name in enumerate(names)}
+
+
+# --- checking saved metadata -------------------------------------------------------------------------------------
+
+_ROLES = {role.value for role in IORole}
+_DTYPE_NAMES = {str(d).removeprefix("torch.") for d in vars(torch).values() if isinstance(d, torch.dtype)}
+_OPTIONAL_STR = ((str, type(None)), "a string or null")
+_FIELD_TYPES: dict[str, tuple[Any, str]] = {
+    "architecture": _OPTIONAL_STR, "export_dtype": _OPTIONAL_STR, "export_device": _OPTIONAL_STR,
+    "in_spec": _OPTIONAL_STR, "out_spec": _OPTIONAL_STR,
+    "packages": (dict, "an object"), "export_config": (dict, "an object"), "kwargs": (dict, "an object"),
+    "in_constants": (dict, "an object"), "out_constants": (list, "a list"), "inputs": (list, "a list"),
+    "outputs": (list, "a list"), "workarounds": (list, "a list"), "program_constants": (list, "a list"),
+}
+
+
+def _expect(ok: bool, field: str, value: Any, what: str) -> None:
+    if not ok:
+        shown = repr(value)
+        shown = shown if len(shown) <= 60 else shown[:57] + "..."
+        raise ValueError(f"metadata field {field!r} must be {what}, got {type(value).__name__} {shown}")
+
+
+def _sizes(value: Any, symbols: bool) -> bool:
+    return isinstance(value, list) and all(
+        (type(d) is int and d >= 0) or (symbols and isinstance(d, str)) for d in value)
+
+
+def _is_json(text: str) -> bool:
+    try:
+        json.loads(text)
+    except (ValueError, RecursionError):
+        return False
+    return True
 
 
 # --- naming and specs -------------------------------------------------------------------------------------------

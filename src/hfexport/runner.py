@@ -16,7 +16,7 @@ from typing import Any, ClassVar
 import torch
 import torch.utils._pytree as pytree
 
-from .errors import UnsupportedError
+from .errors import HfExportError, UnsupportedError
 from .metadata import ExportMetadata, IORole, load_spec
 
 __all__ = ["ModelRunner", "torch_single_thread"]
@@ -109,7 +109,26 @@ class ModelRunner:
             share_outputs: Let the outputs alias the runner's own buffers, valid until the next call (no copy).
         """
         inputs = self.select_inputs(kwargs)
-        return self.run(inputs, share_inputs=share_inputs, share_outputs=share_outputs)
+        try:
+            return self.run(inputs, share_inputs=share_inputs, share_outputs=share_outputs)
+        except HfExportError:
+            raise
+        except Exception as e:
+            # diagnosed only once the runtime refused: nothing on the per-call path
+            problems = self._input_problems(inputs)
+            if not problems:
+                raise
+            raise UnsupportedError(
+                f"the inputs do not fit this export: {'; '.join(problems[:5])}. Pass inputs shaped and typed like the "
+                "sample inputs it was traced with (a batch dimension first), or re-export with such samples"
+            ) from e
+
+    def _input_problems(self, inputs: Mapping[str, Any]) -> list[str]:
+        try:
+            leaves = self.flat_leaves(inputs)
+        except HfExportError as e:
+            return [str(e)]
+        return self.shape_problems(leaves)
 
     def select_inputs(self, kwargs: Mapping[str, Any]) -> dict[str, Any]:
         """The traced kwargs, in traced order; warns once about dropped ones and checks specialised constants."""
@@ -211,13 +230,25 @@ class ModelRunner:
     def cast_inputs(self, leaves: list[torch.Tensor], copy: bool) -> list[torch.Tensor]:
         """Each leaf in its traced dtype; ``copy`` clones the ones a cast did not already copy."""
         flat = []
-        for leaf, dtype in zip(leaves, self._input_dtypes):
+        for index, (leaf, dtype) in enumerate(zip(leaves, self._input_dtypes)):
             if leaf.dtype != dtype:
+                if leaf.is_floating_point() and not (dtype.is_floating_point or dtype.is_complex):
+                    self._check_whole(leaf, self._tensor_inputs[index].name, dtype)
                 leaf = leaf.to(dtype)
             elif copy:
                 leaf = leaf.clone()
             flat.append(leaf)
         return flat
+
+    def _check_whole(self, leaf: torch.Tensor, name: str, dtype: torch.dtype) -> None:
+        """A float tensor fed to an integer input (token ids, a mask) casts exactly only if it holds whole numbers;
+        otherwise the cast would silently change it (eager PyTorch raises on float ids)."""
+        if leaf.numel() and not bool(torch.isfinite(leaf).all() and torch.equal(leaf, leaf.trunc())):
+            raise UnsupportedError(
+                f"input {name!r} is {str(leaf.dtype).removeprefix('torch.')} with fractional or non-finite values, "
+                f"and this export takes {str(dtype).removeprefix('torch.')}: pass integers (e.g. .long()), as the "
+                "model itself requires"
+            )
 
     def run_flat(self, inputs: list[torch.Tensor], *, share_outputs: bool) -> list[Any]:
         """Run the program on flat tensor inputs; return its flat outputs (mutations first, user outputs last)."""
