@@ -21,13 +21,10 @@ from hfexport import ConfigError, ExportedModel, ManifestError, UnsupportedError
 from hfexport.capture.caches import register_cache_classes
 from security_pt2 import PAYLOADS, PT2_CASES
 from security_support import (
-    Case, add_file, copy_export, inputs, manifest, program_file, reseal, saved_exports, tiny_model,  # noqa: F401
+    Case, copy_export, inputs, manifest, program_file, reseal, saved_exports, tiny_model,  # noqa: F401
     write_manifest,
 )
-try:  # TEMP
-    from test_security_formats import FORMAT_CASES
-except ImportError:  # TEMP
-    FORMAT_CASES = []  # TEMP
+from test_security_formats import FORMAT_CASES
 
 FORMATS = ["dynamo", "onnx", "openvino", "executorch"]
 

@@ -73,8 +73,6 @@ class ExportedModel:
         ``runner_kwargs`` go to the backend's runner (``providers``/``session_options`` for ONNX Runtime,
         ``config``/``torch_threads`` for OpenVINO).
         """
-        from .runner import ModelRunner
-
         self._device = device
         self._runner_kwargs = dict(runner_kwargs)
         self._runners = {}

@@ -34,7 +34,7 @@ from .manifest_schema import (MANIFEST_NAME, SCHEMA_VERSION, STAGING_NAME, check
                               parse_manifest)
 
 __all__ = ["MANIFEST_NAME", "SCHEMA_VERSION", "STAGING_NAME", "write_export", "read_manifest", "sha256_file",
-           "parse_manifest"]
+           "parse_manifest", "listed_files", "reference_problem"]
 
 _CHUNK = 1 << 20
 _check_relative = check_relative  # the name earlier modules import
@@ -256,4 +256,40 @@ def _locate(root: Path, staging: Path | None, path: str) -> Path | None:
     for base in (staging, root):
         if base is not None and os.path.lexists(base / path):
             return base / path
+    return None
+
+
+# --- what a program may read beside itself ----------------------------------------------------------------------
+
+
+def listed_files(folder: Path) -> set[str] | None:
+    """The paths the ``export.json`` in ``folder`` lists (well-formed entries only), or None where there is none: a
+    program saved alone with ``save_program``, which :func:`reference_problem` then checks by place only."""
+    path = Path(folder) / MANIFEST_NAME
+    if not _is_real_file(path) and not path.is_file():
+        return None
+    try:
+        manifest, _ = check_manifest(_read_text(path, str(folder)), str(folder))
+    except ManifestError:
+        return set()
+    return {entry["path"] for entry in manifest["files"]}
+
+
+def reference_problem(folder: Path, name: str, listed: set[str] | None) -> str | None:
+    """Why a program in ``folder`` must not read the file ``name`` it refers to (relative to the folder), or None.
+
+    The backends' load checks use it for every file a program names (external data, a ``.bin``, a ``.ptd``): a safe
+    relative name, listed in the manifest when there is one (its size and sha256 were checked), a regular file
+    inside the folder (a Hub snapshot's links into its ``blobs/`` allowed, as the manifest allows them).
+    """
+    bad = check_relative(name)
+    if bad:
+        return bad
+    if listed is not None and name not in listed:
+        return f"file {name!r} is not listed in {MANIFEST_NAME} (its size and sha256 were never checked)"
+    target = Path(folder) / name
+    if not _inside(target, [Path(folder).resolve(), *_hub_blobs(Path(folder))]):
+        return f"file {name!r} is a link that leaves the export folder (-> {target.resolve()})"
+    if not target.is_file():
+        return f"file {name!r} is not a regular file"
     return None

@@ -133,11 +133,22 @@ class ExecutorchExporter(HfExporter):
 
     def load_program(self, path: str | Path) -> Any:
         """The ``.pte`` as an ``executorch.runtime.Program`` (the spec's contract: the export-time
-        ``ExecutorchProgramManager`` cannot be rebuilt from the file). It keeps its path, to be saved again."""
-        from executorch.runtime import Runtime
+        ``ExecutorchProgramManager`` cannot be rebuilt from the file). It keeps its path, to be saved again.
 
-        data = data_path(path)
-        program = Runtime.get().load_program(Path(path), data_path=data if data.exists() else None)
+        Raises:
+            ManifestError: the program or its ``.ptd`` is corrupt, unlisted, or holds what hfexport never writes
+                (see :func:`.safety.check_program`).
+        """
+        from executorch.runtime import Runtime, Verification
+
+        from .safety import check_program
+
+        # before the runtime reads a byte: headers and segments in bounds, only our delegates and registered
+        # operators, XNNPACK constants naming valid keys, and a .ptd only where the export lists it
+        data = check_program(Path(path))
+        program = Runtime.get().load_program(
+            Path(path), verification=Verification.InternalConsistency, data_path=data
+        )
         program.hfexport_path = str(path)
         return program
 

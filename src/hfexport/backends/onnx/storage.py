@@ -14,6 +14,7 @@ from pathlib import Path
 
 import onnx_ir as ir
 
+from . import safety
 from .session import PATH_KEY
 
 __all__ = ["INLINE_LIMIT", "SHARED_DATA_NAME", "data_name_for", "save_models", "load_model"]
@@ -74,10 +75,17 @@ def save_models(models: Mapping[str, ir.Model], directory: str | Path, data_name
 def load_model(path: str | Path) -> ir.Model:
     """Read a saved program; its weights stay in the data file (memory-mapped on first use).
 
-    The file it came from is kept in ``model.meta[PATH_KEY]`` so that ONNX Runtime reads it directly.
+    The graph is checked first (:func:`.safety.read_checked`: every file it names is a listed file of the export,
+    every operator one ONNX Runtime ships), before onnx_ir or ONNX Runtime opens anything it names. The file it came
+    from is kept in ``model.meta[PATH_KEY]`` so that ONNX Runtime reads it directly.
+
+    Raises:
+        ManifestError: the graph is corrupt or names something outside its export.
     """
     path = Path(os.path.abspath(path))
-    model = ir.load(path)
+    # what ir.load does, from the protobuf the checks parsed: the graph is parsed once
+    model = ir.serde.deserialize_model(safety.read_checked(path))
+    ir.external_data.set_base_dir(model.graph, str(path.parent))
     model.meta[PATH_KEY] = str(path)
     _follow_data_links(model)
     return model

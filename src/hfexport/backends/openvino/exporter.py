@@ -106,6 +106,15 @@ class OpenVINOExporter(HfExporter):
         ov.save_model(program, str(path), compress_to_fp16=False)
 
     def load_program(self, path: str | Path) -> Any:
+        """Read the IR at ``path`` and its ``.bin``, after :func:`.safety.check_ir` (an IR of standard opsets, its
+        weights a listed file of the export, every constant inside them); the weights file is passed explicitly.
+
+        Raises:
+            ManifestError: the IR is corrupt, names something outside its export, or needs an extension.
+        """
         import openvino as ov
 
-        return ov.Core().read_model(str(path))
+        from .safety import check_ir
+
+        weights = check_ir(Path(path))
+        return ov.Core().read_model(str(path), str(weights))
