@@ -11,10 +11,23 @@ given, which stands for the state (its key/value tensors are not updated; :meth:
 live values; its counters are). Passing back the object the last call returned continues the sequence; any other
 cache object starts a new one: the buffers are loaded from that cache's tensors (an empty static cache, or a
 prefill's output).
+
+Threads: a method computes in memory planned into its program (arenas shared by the program's host-only methods)
+and keeps a cache kept as state in its buffers, so calls into one program run one at a time: a lock kept on the
+runtime program covers each call, from feeding its inputs (and loading a new sequence's state) to copying out its
+outputs and counters. The pybinding holds the GIL through ``execute`` (measured: a Python thread gets ~2-4% of its
+ticks during a 190 ms call), so two calls never overlapped; the lock keeps a stateful call, several runtime calls,
+whole (load, execute, copy the counters back), and keeps calls serial where the runtime releases the GIL.
+Per-thread methods would buy nothing while the GIL is held and are not cheap: the Python ``Program`` hands back its
+one cached method, a method loaded again shares the program's arenas, and a program loaded per thread duplicates
+its weights (and XNNPACK's packed copy of them). A sequence kept as state is therefore one per loaded program: a
+thread whose sequence another thread's has replaced gets an error, not logits computed from the other's state.
 """
 
 from __future__ import annotations
 
+import threading
+import weakref
 from typing import Any
 
 import torch
@@ -26,7 +39,12 @@ from ...metadata import ExportMetadata, IORole
 from ...runner import ModelRunner, torch_single_thread
 from .custom_sdpa import register_llama_kernels
 
-__all__ = ["ExecutorchRunner", "runtime_program", "torch_single_thread"]
+__all__ = ["ExecutorchRunner", "program_lock", "runtime_program", "torch_single_thread"]
+
+# Loading (the program, its kernels, a method) one thread at a time: two threads in the pybinding's load_method at
+# once deadlocked (measured, executorch 1.5.1, 4 threads making their runners together), and a program loaded twice
+# would get two sets of state and two locks. Reentrant: runtime_program takes it inside a runner's load.
+_LOAD_LOCK = threading.RLock()
 
 
 def runtime_program(program: Any) -> Any:
@@ -38,11 +56,44 @@ def runtime_program(program: Any) -> Any:
 
     if isinstance(program, Program):
         return program
-    loaded = getattr(program, "_hfexport_runtime_program", None)
-    if loaded is None:
-        loaded = Runtime.get().load_program(program.buffer, data_path=temporary_data(program))
-        program._hfexport_runtime_program = loaded
+    with _LOAD_LOCK:
+        loaded = getattr(program, "_hfexport_runtime_program", None)
+        if loaded is None:
+            loaded = Runtime.get().load_program(program.buffer, data_path=temporary_data(program))
+            program._hfexport_runtime_program = loaded
     return loaded
+
+
+def program_lock(program: Any) -> Any:
+    """The lock every call into the runtime ``program``'s methods holds (made once per program, kept on it)."""
+    with _LOAD_LOCK:  # two runners made at once on one program must get the same lock
+        lock = getattr(program, "_hfexport_lock", None)
+        if lock is None:
+            lock = program._hfexport_lock = threading.Lock()
+    return lock
+
+
+class _MethodSequence:
+    """Which sequence a loaded method's state buffers hold: kept on the method, so every runner made over it (two
+    threads making theirs at once, a later ``ExportedModel.to``) agrees on it.
+
+    Attributes:
+        handle: The cache object that stands for the state (the last call's), ``None`` before any or after a reset.
+        last: Per thread, ``.cache``: a weak reference to that thread's last call's cache object.
+    """
+
+    def __init__(self) -> None:
+        self.handle: Any = None
+        self.last = threading.local()
+
+
+def _method_sequence(method: Any) -> _MethodSequence:
+    """The :class:`_MethodSequence` of a loaded method (made once, kept on it)."""
+    with _LOAD_LOCK:
+        sequence = getattr(method, "_hfexport_sequence", None)
+        if sequence is None:
+            sequence = method._hfexport_sequence = _MethodSequence()
+    return sequence
 
 
 # the runtime delegate each ExecutorchConfig.backend lowers to (BackendDetails class names)
@@ -99,9 +150,13 @@ class ExecutorchRunner(ModelRunner):
         check_runtime_delegate(metadata)
         self.program = program
         self.method_name = method
-        if _uses_llama_kernels(metadata):
-            register_llama_kernels()  # the method's llama::update_cache / custom_sdpa kernels, before loading it
-        self.method = runtime_program(program).load_method(method)
+        with _LOAD_LOCK:
+            if _uses_llama_kernels(metadata):
+                register_llama_kernels()  # the method's llama::update_cache / custom_sdpa kernels, before loading it
+            loaded = runtime_program(program)
+            self.method = loaded.load_method(method)
+            self._lock = program_lock(loaded)
+            self._sequence = _method_sequence(self.method)
         self._binding = getattr(self.method, "_method", self.method)  # the pybinding's method under the wrapper
         # output index (program order) -> input index whose new value it is (a cache the program updates)
         in_index = {s.name: i for i, s in enumerate(metadata.inputs)}
@@ -127,7 +182,6 @@ class ExecutorchRunner(ModelRunner):
         # each call, so its counters follow the program's as on the other paths
         self._counters = [i for i in self._state if metadata.inputs[i].name.endswith(".cumulative_length")]
         self._counter_buffers: list[torch.Tensor] | None = None
-        self._handle: Any = None
         self._with_handle = self._plan_handle_output() if self._state else None
         self._constant_slots = self._plan_constant_slots()
 
@@ -142,12 +196,15 @@ class ExecutorchRunner(ModelRunner):
 
     def reset(self) -> None:
         """Forget the carried state: the next call loads the cache it is given."""
-        self._handle = None
+        with self._lock:
+            self._sequence.handle = None
+            self._sequence.last.cache = None
 
     def state(self) -> dict[str, torch.Tensor]:
         """The live cache tensors kept in the method, by input name (copies)."""
         names = self.metadata.inputs
-        return {names[i].name: self._caller_layout(self._buffer(name)).clone() for i, name in self._state.items()}
+        with self._lock:
+            return {names[i].name: self._caller_layout(self._buffer(name)).clone() for i, name in self._state.items()}
 
     def _caller_layout(self, buffer: torch.Tensor) -> torch.Tensor:
         return buffer.transpose(1, 2) if self._bshd and buffer.dim() == 4 else buffer
@@ -171,10 +228,12 @@ class ExecutorchRunner(ModelRunner):
         leaves = self.cast_inputs(self.flat_leaves(inputs), copy=not share_inputs)
         if self._bshd:
             _check_unpadded(inputs)
-        with torch_single_thread():
-            if cache is not self._handle:
+        with self._lock, torch_single_thread():
+            if cache is not self._sequence.handle:
+                self._check_not_displaced(cache)
                 self._load_state(leaves)  # a new sequence: start from the caller's cache
-            self._handle = cache
+            self._sequence.handle = cache
+            self._remember(cache)
             outputs = self._run_flat(leaves)
             if self._counters:
                 if self._counter_buffers is None:  # tensors over the method's memory: fetched once
@@ -190,6 +249,28 @@ class ExecutorchRunner(ModelRunner):
                 continue  # the cache's tensors: the program keeps them, the caller's cache object stands for them
             out_leaves.append(self._out_constants[i] if i in self._out_constants else next(user))
         return pytree.tree_unflatten(out_leaves, reduced)
+
+    def _remember(self, cache: Any) -> None:
+        """Record ``cache`` as the calling thread's sequence (weakly: a finished sequence's cache is not kept)."""
+        thread = self._sequence.last
+        last = getattr(thread, "cache", None)
+        if last is None or last() is not cache:
+            try:
+                thread.cache = weakref.ref(cache)
+            except TypeError:  # a cache class without weak references: no check for this thread
+                thread.cache = None
+
+    def _check_not_displaced(self, cache: Any) -> None:
+        """Raise where ``cache`` continues this thread's sequence but another thread's has replaced it in the
+        method's buffers since: loading it would restart from its stale tensors, silently wrong."""
+        last = getattr(self._sequence.last, "cache", None)
+        if last is not None and last() is cache:
+            raise UnsupportedError(
+                "this ExecuTorch export keeps its cache inside the program, one sequence per loaded program, and "
+                "another thread ran (or reset) a sequence on it since this thread's last call, so this thread's "
+                "cache no longer stands for the state. Load the export once per generating thread "
+                "(ExportedModel.from_pretrained), or call runner.reset() and start over"
+            )
 
     def _plan_handle_output(self) -> tuple | None:
         """The output tree with the cache subtree as one leaf (filled with the caller's cache object), the index of
@@ -213,11 +294,12 @@ class ExecutorchRunner(ModelRunner):
         return reduced, start, count
 
     def run_flat(self, inputs: list[torch.Tensor], *, share_outputs: bool) -> list[Any]:
-        with torch_single_thread():
+        with self._lock, torch_single_thread():
             return self._run_flat(inputs)
 
     def _run_flat(self, inputs: list[torch.Tensor]) -> list[Any]:
-        """Run on every flat input (those kept as state are not fed); write the updated ones back."""
+        """Run on every flat input (those kept as state are not fed); write the updated ones back. The caller holds
+        the program's lock."""
         feed = [inputs[i] for i in self._fed] if self._state else inputs
         feed = [t if t.is_contiguous() else t.contiguous() for t in feed]
         for slot, value in self._constant_slots:  # in slot order: each insert lands where the program expects it

@@ -6,10 +6,16 @@ no copy). In in-place mode (the default) a static cache never leaves its buffers
 value of a cache input is bound onto that input's buffer, so ONNX Runtime writes the update where the cache lives
 (or, where the graph still reads the old value after writing the new one, the small update is copied back), and the
 call returns the caller's own cache object, updated, as the Dynamo backend and eager PyTorch do.
+
+Threads: ``InferenceSession.run*`` is thread-safe, an ``IOBinding`` is not (it is the list of bound buffers, and
+``get_outputs`` reads the last run's). Each thread gets its own binding and its own record of what is bound
+(a ``threading.local``), so calls from several threads run at once, and one thread's decode steps still skip
+rebinding the buffers that did not change.
 """
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 import numpy as np
@@ -76,8 +82,7 @@ class OnnxRunner(ModelRunner):
         self._updates = in_place_pairs(metadata) if in_place else {}  # output index -> input index
         # bound onto the input's buffer where nothing reads the old value after the write; the rest is copied back
         self._bound_in_place = safe_in_place_pairs(program, self._updates, self._in_names, self._out_names)
-        self._binding = self.session.io_binding()
-        self._bound: dict[str, tuple] = {}
+        self._local = threading.local()  # per thread: .binding and .bound (see _thread_binding)
         self._device_type, self._device_id = self.device.type, self.device.index or 0
         self._cache_key = next((k for k, v in metadata.kwargs.items() if v.get("kind") == "cache"), None)
         self._same_cache = self._plan_same_cache_output()
@@ -122,21 +127,21 @@ class OnnxRunner(ModelRunner):
         return self.cast_inputs(self.flat_leaves(inputs), copy)
 
     def run_flat(self, inputs: list[torch.Tensor], *, share_outputs: bool) -> list[Any]:
-        binding = self._binding
+        binding, held = self._thread_binding()
         bound = []
         for name, tensor in zip(self._in_names, inputs):
             if tensor.device != self.device:
                 tensor = tensor.to(self.device)
             if not tensor.is_contiguous():
                 tensor = tensor.contiguous()
-            self._bind("input", name, tensor)
+            self._bind(binding, held, "input", name, tensor)
             bound.append(tensor)
         for index, name in enumerate(self._out_names):
             source = self._bound_in_place.get(index)
             if source is not None:
-                self._bind("output", name, bound[source])
+                self._bind(binding, held, "output", name, bound[source])
             else:
-                self._bound.pop(("output", name), None)
+                held.pop(("output", name), None)
                 binding.bind_output(name, self._device_type, self._device_id)  # a fresh buffer at every call
         self.session.run_with_iobinding(binding)
         values = binding.get_outputs()
@@ -153,21 +158,31 @@ class OnnxRunner(ModelRunner):
             outputs.append(inputs[source])
         return outputs
 
-    def _bind(self, kind: str, name: str, tensor: torch.Tensor) -> None:
+    def _thread_binding(self) -> tuple[Any, dict[tuple, tuple]]:
+        """The calling thread's io-binding and its record of what is bound, made on the thread's first call."""
+        local = self._local
+        try:
+            return local.binding, local.bound
+        except AttributeError:
+            local.binding, local.bound = self.session.io_binding(), {}
+            return local.binding, local.bound
+
+    def _bind(self, binding: Any, held: dict[tuple, tuple], kind: str, name: str, tensor: torch.Tensor) -> None:
+        """Bind ``tensor`` by pointer, unless ``held`` (what ``binding`` holds) says it is bound already."""
         key = (kind, name)
         signature = (tensor.data_ptr(), tuple(tensor.shape), tensor.dtype)
-        if self._bound.get(key) == signature:
+        if held.get(key) == signature:
             return  # still bound to this very buffer
         dtype = _NUMPY.get(tensor.dtype)
         if dtype is None or tensor.numel() == 0:  # bfloat16 (no numpy dtype) or no buffer: hand over the tensor
             import onnxruntime as ort
 
-            getattr(self._binding, f"bind_ortvalue_{kind}")(name, ort.OrtValue.from_dlpack(tensor))
-            self._bound.pop(key, None)  # the OrtValue holds the tensor: rebind next time
+            getattr(binding, f"bind_ortvalue_{kind}")(name, ort.OrtValue.from_dlpack(tensor))
+            held.pop(key, None)  # the OrtValue holds the tensor: rebind next time
             return
-        bind = self._binding.bind_input if kind == "input" else self._binding.bind_output
+        bind = binding.bind_input if kind == "input" else binding.bind_output
         bind(name, self._device_type, self._device_id, dtype, signature[1], signature[0])
-        self._bound[key] = signature
+        held[key] = signature
 
     # --- the caller's cache object as the output's --------------------------------------------------------------
 

@@ -11,11 +11,18 @@ returns a cache object in the same place: the one it was given, which stands for
 updated; :meth:`OpenVINORunner.state` reads the live values). Passing back the object the last call returned
 continues the sequence; any other cache object starts a new one: the state is reset and loaded from that cache's
 tensors (an empty static cache, or a prefill's output).
+
+Threads: an infer request is one call at a time ("Infer Request is busy") and holds the last call's outputs and a
+stateful model's variables, while the compiled model is shared and thread-safe. Each thread gets its own infer
+request, with its own sequence (the cache object standing for its state, a pending beam reorder), so several
+threads call one runner at once and each carries its own generation; :meth:`OpenVINORunner.reset`,
+:meth:`~OpenVINORunner.reorder` and :meth:`~OpenVINORunner.state` act on the calling thread's.
 """
 
 from __future__ import annotations
 
 import os
+import threading
 from typing import Any
 
 import numpy as np
@@ -50,6 +57,23 @@ def compile_properties(metadata: ExportMetadata, config: dict | None, device: st
     return properties
 
 
+class _Sequence:
+    """One thread's infer request and the sequence it carries.
+
+    Attributes:
+        request: The thread's ``openvino.InferRequest`` (a stateful model's variables live in it).
+        handle: The cache object that stands for the request's state (the last call's), ``None`` before any.
+        beam_idx: A beam reorder to apply at the next call, ``None`` for none.
+    """
+
+    __slots__ = ("request", "handle", "beam_idx")
+
+    def __init__(self, request: Any):
+        self.request = request
+        self.handle: Any = None
+        self.beam_idx: torch.Tensor | None = None
+
+
 class OpenVINORunner(ModelRunner):
     """Runs an ``openvino.Model`` on OpenVINO Runtime; ``runner(**kwargs)`` returns what the source model returns.
 
@@ -79,7 +103,8 @@ class OpenVINORunner(ModelRunner):
         self.device = _device_name(device)
         self.properties = compile_properties(metadata, config, self.device, torch_threads)
         self.compiled = ov.Core().compile_model(program, self.device, self.properties)
-        self.request = self.compiled.create_infer_request()
+        self._local = threading.local()  # per thread: .sequence (see _sequence)
+        self._sequence()  # the loading thread's request now, so a device that cannot make one fails at load
         names = [set(port.get_names()) for port in self.compiled.inputs]
         self.stateful = any(BEAM_IDX in n for n in names)
         self._pairs = state_pairs(metadata) if self.stateful else {}
@@ -99,8 +124,6 @@ class OpenVINORunner(ModelRunner):
         self._batch_input = next((i for i, s in enumerate(metadata.inputs) if s.role.value == "input" and s.shape), 0)
         self._state_inputs = {position[name]: variable_id(name, out) for name, out in self._pairs.items()}
         self._cache_key = next((k for k, v in metadata.kwargs.items() if v.get("kind") == "cache"), None)
-        self._handle: Any = None
-        self._beam_idx: torch.Tensor | None = None
         self._with_handle = self._plan_handle_output() if self._pairs else None
 
     @classmethod
@@ -112,30 +135,44 @@ class OpenVINORunner(ModelRunner):
 
     # --- state --------------------------------------------------------------------------------------------------
 
+    def _sequence(self) -> _Sequence:
+        """The calling thread's request and sequence, made on the thread's first call."""
+        try:
+            return self._local.sequence
+        except AttributeError:
+            self._local.sequence = _Sequence(self.compiled.create_infer_request())
+            return self._local.sequence
+
+    @property
+    def request(self) -> Any:
+        """The calling thread's ``openvino.InferRequest``."""
+        return self._sequence().request
+
     def reset(self) -> None:
-        """Forget the carried state: the next call starts a new sequence."""
-        self.request.reset_state()
-        self._handle = None
-        self._beam_idx = None
+        """Forget the calling thread's carried state: its next call starts a new sequence."""
+        sequence = self._sequence()
+        sequence.request.reset_state()
+        sequence.handle = None
+        sequence.beam_idx = None
 
     def reorder(self, beam_idx: torch.Tensor) -> None:
         """Reorder the carried state along the batch before the next call (beam search): row ``i`` continues from
-        row ``beam_idx[i]``."""
+        row ``beam_idx[i]``; the calling thread's."""
         if not self.stateful:
             raise UnsupportedError("this OpenVINO model is not stateful: reorder the cache tensors you pass instead")
-        self._beam_idx = beam_idx.to(torch.int32)
+        self._sequence().beam_idx = beam_idx.to(torch.int32)
 
     def state(self) -> dict[str, torch.Tensor]:
-        """The live state tensors, by cache leaf name (copies)."""
+        """The calling thread's live state tensors, by cache leaf name (copies)."""
         by_id = {variable_id(name, out): name for name, out in self._pairs.items()}
         return {by_id[s.name]: torch.from_numpy(np.array(s.state.data, copy=True)) for s in self.request.query_state()
                 if s.name in by_id}
 
-    def _load_state(self, leaves: list[torch.Tensor]) -> None:
+    def _load_state(self, request: Any, leaves: list[torch.Tensor]) -> None:
         import openvino as ov
 
-        self.request.reset_state()
-        for variable in self.request.query_state():
+        request.reset_state()
+        for variable in request.query_state():
             index = next((i for i, vid in self._state_inputs.items() if vid == variable.name), None)
             if index is not None:
                 value = leaves[index]
@@ -148,12 +185,13 @@ class OpenVINORunner(ModelRunner):
     def run(self, inputs: dict[str, Any], *, share_inputs: bool, share_outputs: bool) -> Any:
         leaves = self.flatten(inputs, copy=False)
         cache = inputs.get(self._cache_key) if self._cache_key else None
+        sequence = self._sequence()
         if self._pairs:
-            if cache is None or cache is not self._handle:
-                self._load_state(leaves)  # a new sequence: start from the caller's cache
-                self._beam_idx = None
-            self._handle = cache if cache is not None else object()
-        outputs = self.run_flat(leaves, share_outputs=share_outputs)
+            if cache is None or cache is not sequence.handle:
+                self._load_state(sequence.request, leaves)  # a new sequence: start from the caller's cache
+                sequence.beam_idx = None
+            sequence.handle = cache if cache is not None else object()
+        outputs = self._infer(sequence, leaves, share_outputs)
         if self._with_handle is not None and cache is not None:
             reduced, start, count = self._with_handle
             user = outputs[len(outputs) - (self._n_user - count):]
@@ -165,19 +203,24 @@ class OpenVINORunner(ModelRunner):
         return [leaf.detach().cpu() for leaf in self.cast_inputs(self.flat_leaves(inputs), copy)]
 
     def run_flat(self, inputs: list[torch.Tensor], *, share_outputs: bool) -> list[Any]:
+        return self._infer(self._sequence(), inputs, share_outputs)
+
+    def _infer(self, sequence: _Sequence, inputs: list[torch.Tensor], share_outputs: bool) -> list[Any]:
+        """Run ``sequence``'s request on flat inputs (``beam_idx`` from its pending reorder); its flat outputs."""
         feed = {}
         for port, index in enumerate(self._fed):
             if index < 0:
                 batch = inputs[self._batch_input].shape[0]
-                beam = self._beam_idx if self._beam_idx is not None else torch.arange(batch, dtype=torch.int32)
-                self._beam_idx = None
+                beam = sequence.beam_idx if sequence.beam_idx is not None else torch.arange(batch, dtype=torch.int32)
+                sequence.beam_idx = None
                 feed[port] = beam.numpy()
             else:
                 feed[port] = _numpy(inputs[index])
-        self.request.infer(feed, share_inputs=True)
+        request = sequence.request
+        request.infer(feed, share_inputs=True)
         outputs = []
         for port in range(len(self.compiled.outputs)):
-            data = self.request.get_output_tensor(port).data
+            data = request.get_output_tensor(port).data
             outputs.append(torch.from_numpy(data if share_outputs else np.array(data, copy=True)))
         return outputs
 
