@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -49,6 +51,7 @@ class ExportedModel:
         self.generation_config = generation_config
         self.source_directory: Path | None = None
         self._runners: dict[str, Any] = {}
+        self._runners_lock = threading.RLock()
         self._device: Any = None
         self._runner_kwargs: dict[str, Any] = {}
 
@@ -84,17 +87,22 @@ class ExportedModel:
         """The runner of one component (created on first use)."""
         if name not in self.components:
             raise KeyError(f"no component {name!r}; components: {list(self.components)}")
-        if name not in self._runners:
-            from .runner import ModelRunner
+        runner = self._runners.get(name)
+        if runner is not None:
+            return runner
+        # threads asking at once must get one runner: a stateful program's prefill and decode share its state
+        with self._runners_lock:
+            if name not in self._runners:
+                from .runner import ModelRunner
 
-            c = self.components[name]
-            # components served by one program (a static-cache prefill run by the decode graph) share its runner:
-            # one compiled model, and a stateful backend's state carries from the prefill call to the decode calls
-            shared = next((n for n in self._runners if self.components[n].program is c.program), None)
-            self._runners[name] = self._runners[shared] if shared else ModelRunner.from_program(
-                c.program, c.metadata, device=self._device, **self._runner_kwargs
-            )
-        return self._runners[name]
+                c = self.components[name]
+                # components served by one program (a static-cache prefill run by the decode graph) share its runner:
+                # one compiled model, and a stateful backend's state carries from the prefill call to the decode calls
+                shared = next((n for n in self._runners if self.components[n].program is c.program), None)
+                self._runners[name] = self._runners[shared] if shared else ModelRunner.from_program(
+                    c.program, c.metadata, device=self._device, **self._runner_kwargs
+                )
+            return self._runners[name]
 
     def __call__(self, share_inputs: bool = True, share_outputs: bool = False, **kwargs: Any) -> Any:
         """Run a single-graph export; returns what the source model returns (its ``ModelOutput`` type).
@@ -232,7 +240,7 @@ class ExportedModel:
             program_file = entry.get("program", entry["files"][0])
             metadata = _metadata(root, name, entry["metadata"])
             if program_file not in programs:
-                with _as_manifest_error(root, program_file, f"a {manifest['export_format']} program"):
+                with _as_manifest_error(root, program_file, f"the {manifest['export_format']} program"):
                     programs[program_file] = exporter.load_program(Path(locations[program_file]))
             components[name] = ExportedComponent(programs[program_file], metadata)
         configs = manifest.get("configs") or {}
@@ -243,7 +251,7 @@ class ExportedModel:
         exported = cls(components, manifest["export_format"], config=config, generation_config=generation_config)
         exported.source_directory = root
         files = ", ".join(dict.fromkeys(e.get("program", e["files"][0]) for e in manifest["components"].values()))
-        with _as_manifest_error(root, files, f"a {manifest['export_format']} program", run=True):
+        with _as_manifest_error(root, files, f"the {manifest['export_format']} program", run=True):
             return exported.to(device, **runner_kwargs)
 
 
@@ -283,6 +291,9 @@ def _metadata(root: Path, component: str, values: dict) -> ExportMetadata:
             from None
 
 
+_SOURCE_LOCATION = re.compile(r"(Exception from )?\S+\.(cpp|cc|h|hpp):\d+:?")
+
+
 class _as_manifest_error:
     """Turns what a runtime raises on a file the manifest matched (a corrupt program, a config that does not parse)
     into a :class:`ManifestError` naming the file; our own typed errors pass through."""
@@ -296,8 +307,10 @@ class _as_manifest_error:
     def __exit__(self, kind: Any, error: BaseException | None, traceback: Any) -> bool:
         if error is None or isinstance(error, HfExportError) or not isinstance(error, Exception):
             return False
-        lines = [line.strip() for line in str(error).strip().splitlines() if line.strip()] or [kind.__name__]
-        cause = f"{kind.__name__}: {lines[0][:300]}"
+        lines = [line.strip() for line in str(error).strip().splitlines() if line.strip()]
+        # runtimes lead with where in their C++ sources they raised ("Exception from src/...cpp:84:"): keep the words
+        said = [line for line in lines if not _SOURCE_LOCATION.fullmatch(line)] or lines or [kind.__name__]
+        cause = f"{kind.__name__}: {' '.join(said)[:300]}"
         if self.run:
             why = (f"{self.file}: the runtime refused it ({cause}). If the device and runner options are right, the "
                    "file was written corrupt or tampered with before the manifest was sealed")
