@@ -156,7 +156,7 @@ class HfExporter(abc.ABC):
 
         See :func:`hfexport.utils.decompose_for_generation` for the component names.
         """
-        from .capture.decompose import decompose_for_generation
+        from .capture.split import decompose_for_generation
 
         self.validate_environment()
         check_quantizers(config, self.export_format)

@@ -1,6 +1,7 @@
 """Lower-level functions behind the exporters (import path kept as in the spec: ``hfexport.utils``)."""
 
-from .capture.decompose import decompose_for_generation, decompose_prefill_decode
+from .capture.decompose import decompose_prefill_decode
+from .capture.split import decompose_for_generation
 from .capture.multimodal import decompose_multimodal, is_multimodal
 from .capture.prepare import get_leaf_tensors, patch_model_config, prepare_for_export, register_export_input_preparer
 

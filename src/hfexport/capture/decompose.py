@@ -20,39 +20,13 @@ import torch
 
 from ..errors import UnsupportedError
 from .caches import is_cache
+from .recorder import GENERATE_HINTS, CallRecorder
 
-__all__ = ["decompose_prefill_decode", "decompose_for_generation", "full_attention_cache", "merge_decode_calls"]
+__all__ = ["decompose_prefill_decode", "full_attention_cache", "merge_decode_calls"]
 
 _SEQ_KEYS = ("input_ids", "decoder_input_ids", "position_ids", "decoder_position_ids", "inputs_embeds",
              "decoder_inputs_embeds", "cache_position")
 _MASK_KEYS = ("attention_mask", "decoder_attention_mask")
-# generate() passes logits_to_keep=1 for speed; exported graphs return logits for every query position instead,
-# as a caller of a multi-token decode (and the spec's decode loop) expects
-_NOT_TRACED = ("logits_to_keep",)
-_GENERATE_HINTS = ("next_sequence_length", "is_first_iteration")
-
-
-class _Recorder:
-    """Forward pre-hook that keeps a deep copy of every call's kwargs (the cache as it was at call time)."""
-
-    def __init__(self, module: torch.nn.Module):
-        self.calls: list[dict[str, Any]] = []
-        parameters = inspect.signature(module.forward).parameters
-        self._params = list(parameters)
-        # generate()'s own per-step hints, which a forward that does not name them swallows through **kwargs and
-        # ignores; torch.export would refuse their dynamic_shapes keys (not the forward's argument names)
-        self._hints = tuple(k for k in _GENERATE_HINTS if k not in parameters)
-        self._handle = module.register_forward_pre_hook(self._hook, with_kwargs=True)
-
-    def _hook(self, module: torch.nn.Module, args: tuple, kwargs: dict) -> None:
-        named = dict(zip(self._params, args))
-        named.update(kwargs)
-        for key in (*_NOT_TRACED, *self._hints):
-            named.pop(key, None)
-        self.calls.append(copy.deepcopy(named))
-
-    def remove(self) -> None:
-        self._handle.remove()
 
 
 def full_attention_cache(cache: Any, max_cache_len: int | None = None) -> Any:
@@ -170,8 +144,8 @@ def decompose_prefill_decode(
         gen.cache_implementation = None
         gen.max_cache_len = None
     encoder = _encoder_of(model)
-    recorder = _Recorder(model)
-    encoder_recorder = _Recorder(encoder) if encoder is not None else None
+    recorder = CallRecorder(model)
+    encoder_recorder = CallRecorder(encoder) if encoder is not None else None
     attrs_before = set(vars(model))
     was_training = model.training
     model.eval()
@@ -217,7 +191,7 @@ def decompose_prefill_decode(
 
 
 # what generate() passes every forward; a forward that names none of them takes them through **kwargs and drops them
-_GENERATE_BOOKKEEPING = ("past_key_values", "use_cache", "cache_position", *_GENERATE_HINTS)
+_GENERATE_BOOKKEEPING = ("past_key_values", "use_cache", "cache_position", *GENERATE_HINTS)
 
 
 def rereads_sequence(calls: list[Mapping[str, Any]]) -> bool:
@@ -262,42 +236,3 @@ def _encoder_of(model: torch.nn.Module) -> torch.nn.Module | None:
         return None
     get_encoder = getattr(model, "get_encoder", None)
     return get_encoder() if callable(get_encoder) else None
-
-
-def decompose_for_generation(
-    model: torch.nn.Module,
-    inputs: Mapping[str, Any],
-    generation_config: Any = None,
-    multi_token_decode: bool = False,
-) -> dict[str, tuple[torch.nn.Module, dict]]:
-    """Decompose a generative model into independently exportable ``(module, forward_kwargs)`` pairs.
-
-    Keys: ``prefill``/``decode`` (and ``encoder`` for encoder-decoder models); for multimodal models, the
-    prefill is further split by :func:`hfexport.utils.decompose_multimodal`.
-
-    Example:
-        >>> components = decompose_for_generation(model, tokenizer(["Hi"], return_tensors="pt"))
-        >>> sorted(components)
-        ['decode', 'prefill']
-    """
-    from .multimodal import is_multimodal
-
-    components = decompose_prefill_decode(model, inputs, generation_config, multi_token_decode)
-    prefill_model, prefill_inputs = components["prefill"]
-    if not is_multimodal(model) and "mm_encoder_outputs" in prefill_inputs:
-        from .multimodal import with_modality_inputs
-
-        # a model whose encoders this package does not split out (Fuyu, Gemma4 unified): generate() ran them before
-        # the first forward; the prefill graph runs them itself on the modality inputs, as a caller passes them
-        components["prefill"] = (prefill_model, with_modality_inputs(prefill_model, prefill_inputs, inputs))
-    if is_multimodal(model):
-        from .multimodal import decompose_multimodal, with_modality_inputs
-
-        prefill_model, prefill_inputs = components.pop("prefill")
-        decode = components.pop("decode")
-        # generate() ran the encoders before the first forward and passed mm_encoder_outputs: give the modality
-        # inputs back so that the captured forward runs (and shows) the encoders
-        parts = decompose_multimodal(prefill_model, with_modality_inputs(prefill_model, prefill_inputs, inputs))
-        components.update(parts)
-        components["decode"] = decode
-    return components

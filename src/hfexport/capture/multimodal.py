@@ -21,7 +21,7 @@ import torch
 
 from ..errors import UnsupportedError
 from .caches import is_cache
-from .decompose import _Recorder
+from .recorder import CallRecorder
 
 __all__ = [
     "ENCODER_INPUT_ALIASES",
@@ -293,7 +293,7 @@ def decompose_multimodal(model: torch.nn.Module, inputs: Mapping[str, Any]) -> d
             "the prefill kwargs carry precomputed mm_encoder_outputs instead of the modality inputs, so the encoder "
             "would not run; pass them through with_modality_inputs(model, prefill_kwargs, generate_inputs)"
         )
-    recorders = {name: _Recorder(module) for name, module in parts.items()}
+    recorders = {name: CallRecorder(module) for name, module in parts.items()}
     snapshot = _attribute_snapshot(model)
     was_training = model.training
     model.eval()

@@ -76,7 +76,7 @@ def capture_calibration(
         >>> sorted(calib), len(calib["decode"])
         (['decode', 'prefill'], 1)
     """
-    from ..capture.decompose import decompose_for_generation
+    from ..capture.split import decompose_for_generation
 
     per_component: dict[str, list[dict[str, Any]]] = {}
     for sample in calibration_dataset:

@@ -1,0 +1,50 @@
+"""``decompose_for_generation``: the graphs generation needs, the prefill split further for multimodal models.
+
+Above both :mod:`.decompose` (prefill / decode from a watched ``generate()``) and :mod:`.multimodal` (encoders,
+projector, language model), which it composes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+
+from .decompose import decompose_prefill_decode
+from .multimodal import decompose_multimodal, is_multimodal, with_modality_inputs
+
+__all__ = ["decompose_for_generation"]
+
+
+def decompose_for_generation(
+    model: torch.nn.Module,
+    inputs: Mapping[str, Any],
+    generation_config: Any = None,
+    multi_token_decode: bool = False,
+) -> dict[str, tuple[torch.nn.Module, dict]]:
+    """Decompose a generative model into independently exportable ``(module, forward_kwargs)`` pairs.
+
+    Keys: ``prefill``/``decode`` (and ``encoder`` for encoder-decoder models); for multimodal models, the
+    prefill is further split by :func:`hfexport.utils.decompose_multimodal`.
+
+    Example:
+        >>> components = decompose_for_generation(model, tokenizer(["Hi"], return_tensors="pt"))
+        >>> sorted(components)
+        ['decode', 'prefill']
+    """
+    components = decompose_prefill_decode(model, inputs, generation_config, multi_token_decode)
+    prefill_model, prefill_inputs = components["prefill"]
+    if not is_multimodal(model) and "mm_encoder_outputs" in prefill_inputs:
+        # a model whose encoders this package does not split out (Fuyu, Gemma4 unified): generate() ran them before
+        # the first forward; the prefill graph runs them itself on the modality inputs, as a caller passes them
+        components["prefill"] = (prefill_model, with_modality_inputs(prefill_model, prefill_inputs, inputs))
+    if is_multimodal(model):
+        prefill_model, prefill_inputs = components.pop("prefill")
+        decode = components.pop("decode")
+        # generate() ran the encoders before the first forward and passed mm_encoder_outputs: give the modality
+        # inputs back so that the captured forward runs (and shows) the encoders
+        parts = decompose_multimodal(prefill_model, with_modality_inputs(prefill_model, prefill_inputs, inputs))
+        components.update(parts)
+        components["decode"] = decode
+    return components
