@@ -308,3 +308,22 @@ def test_whole_float_ids_still_run_like_eager(fmt, saved_exports, tiny_model):
         expected = tiny_model(**sample).logits
     got = exported(**{**sample, "input_ids": sample["input_ids"].float()}).logits
     assert (got - expected).abs().max().item() <= 1e-4
+
+
+def test_shared_weights_the_manifest_does_not_list_are_not_read(tiny_model, tmp_path):
+    """A dynamic-cache Dynamo export keeps the weights its prefill and decode share in shared_weights.safetensors;
+    with that file dropped from the manifest (and resealed), loading refuses to read it."""
+    import hfexport
+
+    exported = hfexport.DynamoExporter().export_for_generation(tiny_model, inputs(), hfexport.DynamoConfig(dynamic=True))
+    folder = tmp_path / "export"
+    exported.save_pretrained(folder)
+    assert (folder / "shared_weights.safetensors").is_file()
+    ExportedModel.from_pretrained(folder)  # as saved, it loads
+    body = manifest(folder)
+    body["files"] = [e for e in body["files"] if e["path"] != "shared_weights.safetensors"]
+    for component in body["components"].values():
+        component["files"] = [f for f in component["files"] if f != "shared_weights.safetensors"]
+    write_manifest(folder, body)
+    with pytest.raises(ManifestError, match="its shared weights: file 'shared_weights.safetensors' is not listed"):
+        ExportedModel.from_pretrained(folder)

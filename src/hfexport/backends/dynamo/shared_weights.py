@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -19,6 +20,7 @@ from typing import Any
 import torch
 
 from ...errors import ManifestError
+from ...manifest import listed_files, reference_problem
 
 __all__ = ["SHARED_WEIGHTS_NAME", "EXTRA_FILE", "split_shared", "attach_shared"]
 
@@ -95,8 +97,12 @@ def attach_shared(program: torch.export.ExportedProgram, path: Path, record: str
         raise ManifestError(str(path), [f"{EXTRA_FILE} names {name!r}; only {SHARED_WEIGHTS_NAME!r} is allowed"])
     location = Path(path).parent / SHARED_WEIGHTS_NAME
     if location not in cache:
-        if not location.is_file():
+        if not os.path.lexists(location):
             raise ManifestError(str(path), [f"{SHARED_WEIGHTS_NAME} is missing beside it (it holds shared weights)"])
+        # the same file rule as every program's other files: listed in the manifest, inside the folder
+        bad = reference_problem(location.parent, SHARED_WEIGHTS_NAME, listed_files(location.parent))
+        if bad:
+            raise ManifestError(str(path), [f"its shared weights: {bad}"])
         from safetensors.torch import load_file
 
         cache[location] = {"tensors": load_file(str(location)), "parameters": {}}
