@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import importlib
 import importlib.metadata
 import threading
 from collections.abc import Callable, Iterator
@@ -132,9 +133,19 @@ def applied_workarounds(backend: str, model: Any, inputs: dict) -> Iterator[list
 
 _builtin_loaded = False
 
+#: The built-in workarounds, one module each; importing one registers it. Dotted paths, imported on first use: the
+#: modules import this registry, so the registry naming them by import would be a circle.
+BUILTIN_MODULES = tuple(f"hfexport.workarounds.{name}" for name in (
+    "dynamo_sdpa_gqa", "onnx_sdpa_gqa", "onnx_sdpa_heads", "onnx_view_reshape", "models.mamba", "models.qwen2_vl",
+    "moe_experts", "openvino_empty_cat", "openvino_sdpa_masked_rows", "executorch_xnnpack_visitors",
+    "onnx_dequantize_per_channel", "quantize_ort_attention", "quantize_xnnpack_int_scalars", "openvino_index_add",
+    "openvino_repeated_outputs", "torch_var_keyword_inputs",
+))
+
 
 def _load_builtin() -> None:
     global _builtin_loaded
     if not _builtin_loaded:
         _builtin_loaded = True
-        from . import builtin  # noqa: F401  (registers on import)
+        for module in BUILTIN_MODULES:
+            importlib.import_module(module)
