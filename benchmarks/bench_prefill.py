@@ -73,7 +73,7 @@ def _best(generate: Any, prompt: dict, new_tokens: int, repeats: int) -> tuple[l
 def bench_backend(backend: str, model: Any, tokenizer: Any, prompt: dict, args: argparse.Namespace,
                   workdir: Path, eager_logits: torch.Tensor) -> dict:
     from hfexport import ExportedModel
-    from hfexport.configs import AutoExportConfig
+    from hfexport.registry import AutoExportConfig
     from hfexport.registry import AutoHfExporter
     from hfexport.validation import compare_outputs
 

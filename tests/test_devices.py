@@ -37,7 +37,7 @@ def test_generates_empty_cache_keeps_a_cpu_traced_counter_on_the_cpu():
     from transformers import StaticCache
 
     from hfexport.capture.caches import register_pytree_node
-    from hfexport.generation import _Component
+    from hfexport.generation.loop import Component as _Component
 
     register_pytree_node(StaticCache)
     leaves = [

@@ -77,7 +77,7 @@ def test_the_state_reads_back_in_the_callers_layout_and_counters_follow(exported
     case, model, _, result, _ = exported
     from transformers import StaticCache
 
-    from hfexport.generation import _Component
+    from hfexport.generation.loop import Component as _Component
 
     ids = case.inputs(1, 7, padded=False)["input_ids"]
     mask = torch.ones(1, 1, 7, CACHE_LEN, dtype=torch.bool).tril(diagonal=0)
@@ -98,7 +98,7 @@ def test_the_state_reads_back_in_the_callers_layout_and_counters_follow(exported
 
 def test_a_padding_mask_is_refused_not_ignored(exported):
     case, _, _, result, _ = exported
-    from hfexport.generation import _Component
+    from hfexport.generation.loop import Component as _Component
 
     runner = result.runner("decode")
     runner.reset()

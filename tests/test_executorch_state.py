@@ -66,7 +66,7 @@ def test_state_after_a_prefill_equals_eagers_cache_and_the_call_returns_the_call
     mask = torch.ones(1, 1, 7, CACHE_LEN, dtype=torch.bool).tril(diagonal=0)
     mask[..., 7:] = False
     runner = exported.runner("decode")
-    from hfexport.generation import _Component
+    from hfexport.generation.loop import Component as _Component
 
     cache = _Component(exported, "decode").initial_cache(1)  # an empty cache shaped like the traced one
     out = runner(input_ids=ids, past_key_values=cache, position_ids=positions, attention_mask=mask)

@@ -120,13 +120,13 @@ def test_a_foreign_cache_starts_a_new_sequence_and_the_returned_one_continues_it
 
 
 def _fresh(exported, batch):
-    from hfexport.generation import _Component
+    from hfexport.generation.loop import Component as _Component
 
     return _Component(exported, "decode").initial_cache(batch)
 
 
 def _decode_kwargs(exported, prompt):
-    from hfexport.generation import TextState, _Component
+    from hfexport.generation.loop import Component as _Component, TextState
 
     decode = _Component(exported, "decode")
     ids, mask = prompt["input_ids"], prompt["attention_mask"]

@@ -15,10 +15,9 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-__version__ = "0.1.0"
+from ._versions import __version__
 
 from .configs import (
-    AutoExportConfig,
     DynamoConfig,
     ExecutorchConfig,
     ExportConfigMixin,
@@ -43,7 +42,7 @@ from .quantizers import (
     OnnxRuntimeStaticConfig,
     PT2EQuantizer,
 )
-from .registry import AutoHfExporter, register_backend
+from .registry import AutoExportConfig, AutoHfExporter, register_backend
 from .runner import ModelRunner
 
 # name -> "module:attribute", imported on first access so that backends stay unloaded until used

@@ -15,7 +15,9 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping
 
-__all__ = ["TESTED", "EXTRAS", "NO_DEPS", "normalize", "pip_line"]
+__all__ = ["__version__", "TESTED", "EXTRAS", "NO_DEPS", "normalize", "pip_line"]
+
+__version__ = "0.1.0"  # hfexport's own (pyproject.toml says the same)
 
 TESTED: dict[str, str] = {
     "torch": "2.13.0",

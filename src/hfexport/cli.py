@@ -57,7 +57,7 @@ def _load_model(model_id: str, progress: Progress) -> tuple[Any, Any]:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    from .configs import AutoExportConfig
+    from .registry import AutoExportConfig
     from .models.loading import sample_inputs
     from .registry import AutoHfExporter
 

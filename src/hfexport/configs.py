@@ -8,12 +8,12 @@ user fixes a config in one round. ``dynamic_shapes`` holding ``torch.export.Dim`
 from __future__ import annotations
 
 import dataclasses
-import enum
 import json
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from .errors import ConfigError
+from .formats import ExportFormat, parse_format
 
 __all__ = [
     "ExportFormat",
@@ -22,32 +22,9 @@ __all__ = [
     "OnnxConfig",
     "ExecutorchConfig",
     "OpenVINOConfig",
-    "AutoExportConfig",
     "dynamic_shapes_to_data",
     "dynamic_shapes_from_data",
 ]
-
-
-class ExportFormat(str, enum.Enum):
-    """The export formats (one per backend)."""
-
-    DYNAMO = "dynamo"
-    ONNX = "onnx"
-    EXECUTORCH = "executorch"
-    OPENVINO = "openvino"
-
-    def __str__(self) -> str:
-        return self.value
-
-
-def parse_format(value: Any) -> ExportFormat | str:
-    """An :class:`ExportFormat` for a built-in format name, else the string (a registered custom backend)."""
-    if isinstance(value, ExportFormat):
-        return value
-    try:
-        return ExportFormat(str(value).lower())
-    except ValueError:
-        return str(value)
 
 
 # --- dynamic shapes as data -------------------------------------------------------------------------------------
@@ -363,32 +340,3 @@ BUILTIN_CONFIGS: dict[ExportFormat, type[ExportConfigMixin]] = {
     ExportFormat.EXECUTORCH: ExecutorchConfig,
     ExportFormat.OPENVINO: OpenVINOConfig,
 }
-
-
-class AutoExportConfig:
-    """Builds the right config class from a dict, dispatching on its ``export_format``.
-
-    Example:
-        >>> config = AutoExportConfig.from_dict({"export_format": "onnx", "dynamic": True})
-        >>> type(config).__name__
-        'OnnxConfig'
-    """
-
-    def __init__(self) -> None:
-        raise OSError("AutoExportConfig is not meant to be instantiated; use AutoExportConfig.from_dict(...)")
-
-    @staticmethod
-    def from_dict(config_dict: Mapping[str, Any]) -> ExportConfigMixin:
-        from .registry import config_class_for, known_formats
-
-        if not isinstance(config_dict, Mapping):
-            raise ConfigError("export config", [f"expected a dict, got {type(config_dict).__name__}"])
-        if "export_format" not in config_dict:
-            raise ConfigError("export config", [f"missing 'export_format'; one of {known_formats()}"])
-        fmt = parse_format(config_dict["export_format"])
-        cls = config_class_for(fmt)
-        if cls is None:
-            raise ConfigError(
-                "export config", [f"export_format: unknown format {str(fmt)!r}; one of {known_formats()}"]
-            )
-        return cls.from_dict(config_dict)

@@ -37,7 +37,7 @@ def _dir_bytes(path: Path) -> int:
 
 
 def _row(name: str, backend: str, model: torch.nn.Module, inputs: dict[str, Any], workdir: Path) -> dict[str, Any]:
-    from .configs import AutoExportConfig
+    from .registry import AutoExportConfig
     from .exported import ExportedModel
     from .registry import AutoHfExporter
     from .validation import compare_outputs
@@ -70,13 +70,13 @@ def _row(name: str, backend: str, model: torch.nn.Module, inputs: dict[str, Any]
 
 
 def _generation_row(backend: str, model: torch.nn.Module, tokenizer: Any, workdir: Path) -> dict[str, Any]:
-    from .configs import AutoExportConfig
+    from .registry import AutoExportConfig
     from .exported import ExportedModel
     from .registry import AutoHfExporter
 
     import copy
 
-    from .run_cli import TimingStreamer
+    from .generation.streamers import TimingStreamer
 
     config = AutoExportConfig.from_dict({"export_format": backend, "dynamic": True, **_RECIPE_OPTIONS.get(backend, {})})
     gen = copy.deepcopy(model.generation_config)

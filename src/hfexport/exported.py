@@ -9,6 +9,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from ._versions import __version__
 from .configs import ExportFormat, parse_format
 from .errors import HfExportError, ManifestError, UnsupportedError
 from .manifest import MANIFEST_NAME, parse_manifest, read_manifest, write_export
@@ -149,8 +150,6 @@ class ExportedModel:
             kwargs: For the upload: ``repo_id`` (defaults to the directory name), ``commit_message``, ``token``,
                 ``private``.
         """
-        from . import __version__
-
         exporter = self._exporter()
 
         def write_files(staging: Path) -> dict[str, Any]:

@@ -8,16 +8,17 @@ from __future__ import annotations
 
 import importlib
 import threading
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping
+from typing import Any
 
 from .configs import BUILTIN_CONFIGS, ExportConfigMixin, ExportFormat, parse_format
 from .errors import ConfigError
 
-if TYPE_CHECKING:
-    from .exporter import HfExporter
-    from .runner import ModelRunner
+# the exporter and runner classes (HfExporter and ModelRunner subclasses) are never imported here: they sit above
+# the registry, which reaches the built-in ones by dotted path
 
-__all__ = ["register_backend", "AutoHfExporter", "exporter_class_for", "runner_class_for", "config_class_for"]
+__all__ = ["register_backend", "AutoHfExporter", "AutoExportConfig", "exporter_class_for", "runner_class_for",
+           "config_class_for"]
 
 _BUILTIN: dict[ExportFormat, tuple[str, str]] = {
     ExportFormat.DYNAMO: ("hfexport.backends.dynamo.exporter:DynamoExporter", "hfexport.backends.dynamo.runner:DynamoRunner"),
@@ -65,7 +66,7 @@ def known_formats() -> list[str]:
     return sorted({str(f) for f in (*_BUILTIN, *_exporters, *_configs)})
 
 
-def register_backend(exporter: type[HfExporter], runner: type[ModelRunner] | None = None) -> type[HfExporter]:
+def register_backend(exporter: type, runner: type | None = None) -> type:
     """Register an exporter under its ``export_format`` with its ``config_class``, and the runner of its exports.
 
     Usable as a class decorator. A later registration for the same format replaces the earlier one.
@@ -102,7 +103,7 @@ def register_backend(exporter: type[HfExporter], runner: type[ModelRunner] | Non
     return exporter
 
 
-def exporter_class_for(export_format: ExportFormat | str) -> type[HfExporter]:
+def exporter_class_for(export_format: ExportFormat | str) -> type:
     fmt = parse_format(export_format)
     with _lock:
         if fmt not in _exporters and fmt in _BUILTIN:
@@ -113,7 +114,7 @@ def exporter_class_for(export_format: ExportFormat | str) -> type[HfExporter]:
     return cls
 
 
-def runner_class_for(export_format: ExportFormat | str) -> type[ModelRunner]:
+def runner_class_for(export_format: ExportFormat | str) -> type:
     fmt = parse_format(export_format)
     with _lock:
         if fmt not in _runners and fmt in _BUILTIN:
@@ -141,11 +142,36 @@ class AutoHfExporter:
         raise OSError("AutoHfExporter is not meant to be instantiated; use AutoHfExporter.from_config(...)")
 
     @staticmethod
-    def from_config(config: ExportConfigMixin | dict[str, Any]) -> HfExporter:
-        from .configs import AutoExportConfig
-
+    def from_config(config: ExportConfigMixin | dict[str, Any]) -> Any:
         if isinstance(config, dict):
             config = AutoExportConfig.from_dict(config)
         if not isinstance(config, ExportConfigMixin):
             raise ConfigError("export config", [f"expected an export config or a dict, got {type(config).__name__}"])
         return exporter_class_for(config.export_format)()
+
+
+class AutoExportConfig:
+    """Builds the right config class from a dict, dispatching on its ``export_format``.
+
+    Example:
+        >>> config = AutoExportConfig.from_dict({"export_format": "onnx", "dynamic": True})
+        >>> type(config).__name__
+        'OnnxConfig'
+    """
+
+    def __init__(self) -> None:
+        raise OSError("AutoExportConfig is not meant to be instantiated; use AutoExportConfig.from_dict(...)")
+
+    @staticmethod
+    def from_dict(config_dict: Mapping[str, Any]) -> ExportConfigMixin:
+        if not isinstance(config_dict, Mapping):
+            raise ConfigError("export config", [f"expected a dict, got {type(config_dict).__name__}"])
+        if "export_format" not in config_dict:
+            raise ConfigError("export config", [f"missing 'export_format'; one of {known_formats()}"])
+        fmt = parse_format(config_dict["export_format"])
+        cls = config_class_for(fmt)
+        if cls is None:
+            raise ConfigError(
+                "export config", [f"export_format: unknown format {str(fmt)!r}; one of {known_formats()}"]
+            )
+        return cls.from_dict(config_dict)

@@ -20,7 +20,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .errors import UnsupportedError
+from .errors import HfExportError, UnsupportedError
+from .generation.streamers import TimingStreamer
 
 __all__ = ["add_run_parser", "cmd_run", "TimingStreamer", "main"]
 
@@ -34,43 +35,6 @@ _TOKENIZER_FILES = (
     "vocab.json",
     "vocab.txt",
 )
-
-
-class TimingStreamer:
-    """A ``generate`` streamer that only records when the prompt and each new token arrive.
-
-    Works with ``model.generate`` and ``ExportedModel.generate`` alike (both call ``put(prompt)``, then ``put(token)``
-    per step, then ``end()``), so the two are timed the same way.
-    """
-
-    def __init__(self, start: float | None = None):
-        self.start = time.perf_counter() if start is None else start
-        self.token_times: list[float] = []
-        self._prompt_seen = False
-        self.ended: float | None = None
-
-    def put(self, value: Any) -> None:
-        if not self._prompt_seen:
-            self._prompt_seen = True
-            return
-        self.token_times.append(time.perf_counter())
-
-    def end(self) -> None:
-        self.ended = time.perf_counter()
-
-    def stats(self) -> dict[str, float | int | None]:
-        """``prefill_s`` (start to first token), ``decode_steps``, ``decode_s``, ``decode_tokens_per_s``."""
-        times = self.token_times
-        if not times:
-            return {"prefill_s": None, "decode_steps": 0, "decode_s": 0.0, "decode_tokens_per_s": None}
-        steps = len(times) - 1
-        decode_s = times[-1] - times[0]
-        return {
-            "prefill_s": times[0] - self.start,
-            "decode_steps": steps,
-            "decode_s": decode_s,
-            "decode_tokens_per_s": steps / decode_s if steps and decode_s > 0 else None,
-        }
 
 
 def add_run_parser(subparsers: Any) -> argparse.ArgumentParser:
@@ -216,10 +180,15 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     """``python -m hfexport.run_cli DIR --prompt ...``: the ``run`` subcommand on its own (``run`` may be omitted)."""
-    from .cli import main as cli_main
-
+    parser = argparse.ArgumentParser(prog="hfexport")
+    add_run_parser(parser.add_subparsers(dest="command", required=True))
     argv = list(sys.argv[1:] if argv is None else argv)
-    return cli_main(argv if argv[:1] == ["run"] else ["run", *argv])
+    args = parser.parse_args(argv if argv[:1] == ["run"] else ["run", *argv])
+    try:
+        return args.func(args)
+    except HfExportError as e:  # as `hfexport run` reports it
+        print(f"hfexport: error: {e}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

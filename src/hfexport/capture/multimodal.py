@@ -1,7 +1,7 @@
 """Multimodal models: find the modality encoders, projector, language model and lm_head, and capture each one.
 
 :func:`decompose_multimodal` runs one real forward with a pre-hook on every known submodule and keeps each one's
-call kwargs. The glue between them stays in Python, shared with :mod:`hfexport.generation_multimodal` so that the
+call kwargs. The glue between them stays in Python, shared with :mod:`hfexport.generation.multimodal` so that the
 capture checks exactly what generation later does: the text embedding lookup (its own small ``embed_tokens``
 graph: the language model is called with ``inputs_embeds``), the choice of the vision feature fed to the projector,
 and the token merge (``masked_scatter`` of the image features at the image-token positions).

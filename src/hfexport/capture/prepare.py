@@ -15,6 +15,7 @@ from typing import Any
 import torch
 
 from ..errors import UnsupportedError
+from ..hf_model import LABEL_KEYS, OUTPUT_FLAGS
 from .caches import is_cache
 
 __all__ = [
@@ -25,8 +26,6 @@ __all__ = [
     "get_leaf_tensors",
 ]
 
-LABEL_KEYS = frozenset({"labels", "future_values", "next_sentence_label", "start_positions", "end_positions"})
-OUTPUT_FLAGS = ("use_cache", "return_dict", "output_attentions", "output_hidden_states", "output_router_logits")
 _UNEXPORTABLE_ATTENTION = ("flash_attention", "flex_attention", "paged", "kernels-community/")
 
 _input_preparers: dict[str, Callable[[torch.nn.Module, dict], None]] = {}

@@ -13,16 +13,18 @@ import copy
 import dataclasses
 import importlib.metadata
 import warnings
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, ClassVar
 
 from packaging.version import Version
 
 from .._versions import TESTED, normalize, pip_line
-from ..configs import ExportFormat, parse_format
+from ..formats import ExportFormat, parse_format
 from ..errors import MissingPackageError, UnsupportedError
+from ..hf_model import LABEL_KEYS, OUTPUT_FLAGS
+from ..workarounds.registry import applied_workarounds
 
-__all__ = ["ExportQuantizer", "CalibrationSet", "LibraryArguments", "quantizer_workarounds"]
+__all__ = ["ExportQuantizer", "CalibrationSet", "LibraryArguments", "quantizer_workarounds", "traced_kwargs"]
 
 _drift_warned: set[tuple[str, str, str]] = set()
 
@@ -175,8 +177,6 @@ class ExportQuantizer:
     def traced_calibration(self, sample_inputs: dict[str, Any]) -> CalibrationSet:
         """Calibration samples as the traced kwargs, for FX-graph quantizers: each sample keeps the keys the graph
         was traced with (output flags and labels dropped), deep-copied, since a forward writes a cache in place."""
-        from .calibration import traced_kwargs
-
         keys = [k for k in sample_inputs if _is_traced_key(k)]
         return CalibrationSet(self.calibration_dataset, sample_inputs, lambda s: traced_kwargs(s, keys))
 
@@ -200,28 +200,27 @@ def quantizer_workarounds(ids: Iterable[str], model: Any, inputs: dict | None = 
     """Apply the registered workarounds ``ids`` (hfexport.workarounds) that are in their version range and apply to
     ``model`` (the model a quantizer is given), for the duration of a quantization library's call; yields the ids
     that fired. A quantizer runs after the trace, out of the trace's workaround scope, so it applies its own."""
-    from ..workarounds import workarounds
-    from ..workarounds.registry import _apply_lock
-
-    wanted = set(ids)
-    fired: list[str] = []
-    undos = []
-    with _apply_lock:
-        try:
-            for w in workarounds():
-                if w.id in wanted and w.in_version_range() and w.applies(model, inputs or {}):
-                    undos.append(w.apply(model, inputs or {}))
-                    fired.append(w.id)
-            yield fired
-        finally:
-            for undo in reversed(undos):
-                undo()
+    with applied_workarounds(None, model, inputs or {}, ids=ids) as fired:
+        yield fired
 
 
 def _is_traced_key(key: str) -> bool:
-    from ..capture.prepare import LABEL_KEYS, OUTPUT_FLAGS
-
     return key not in LABEL_KEYS and key not in OUTPUT_FLAGS
+
+
+def traced_kwargs(sample: Mapping[str, Any], keys: Sequence[str]) -> dict[str, Any]:
+    """``sample`` restricted to the traced ``keys``, in their order, deep-copied (a forward updates a cache in place).
+
+    Raises:
+        ValueError: The sample lacks a traced input (e.g. ``generate`` kwargs given to a single-graph export).
+    """
+    missing = [k for k in keys if k not in sample]
+    if missing:
+        raise ValueError(
+            f"a calibration sample lacks the traced inputs {missing} (it has {sorted(sample)}); calibration samples "
+            "are the exported forward's kwargs (export_for_generation takes generate kwargs and captures them)"
+        )
+    return copy.deepcopy({k: sample[k] for k in keys})
 
 
 def _pip(name: str) -> str:

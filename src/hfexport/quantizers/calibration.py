@@ -17,22 +17,9 @@ import numpy as np
 import torch
 import torch.utils._pytree as pytree
 
+from .base import traced_kwargs
+
 __all__ = ["traced_kwargs", "flat_feeds", "capture_calibration", "check_quantizers", "calibrate_components"]
-
-
-def traced_kwargs(sample: Mapping[str, Any], keys: Sequence[str]) -> dict[str, Any]:
-    """``sample`` restricted to the traced ``keys``, in their order, deep-copied (a forward updates a cache in place).
-
-    Raises:
-        ValueError: The sample lacks a traced input (e.g. ``generate`` kwargs given to a single-graph export).
-    """
-    missing = [k for k in keys if k not in sample]
-    if missing:
-        raise ValueError(
-            f"a calibration sample lacks the traced inputs {missing} (it has {sorted(sample)}); calibration samples "
-            "are the exported forward's kwargs (export_for_generation takes generate kwargs and captures them)"
-        )
-    return copy.deepcopy({k: sample[k] for k in keys})
 
 
 def flat_feeds(sample: Mapping[str, Any], keys: Sequence[str], names: Sequence[str], dtypes: Sequence[Any]) -> dict:

@@ -110,7 +110,7 @@ def top1_agreement(exported: Any, sequence: torch.Tensor, prompt_len: int) -> fl
 
 def _forced_decode(exported: Any, sequence: torch.Tensor, prompt_len: int) -> torch.Tensor:
     """The export's own prefill + decode loop, each decode step fed eager's token instead of the export's pick."""
-    from ..generation import decoder_session
+    from ..generation.decoder import decoder_session
 
     steps = sequence.shape[1] - prompt_len
     prompt = sequence[:, :prompt_len]

@@ -12,7 +12,7 @@ import dataclasses
 import importlib
 import importlib.metadata
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from packaging.specifiers import SpecifierSet
@@ -112,16 +112,22 @@ def workarounds(backend: str | None = None) -> list[Workaround]:
 
 
 @contextlib.contextmanager
-def applied_workarounds(backend: str, model: Any, inputs: dict) -> Iterator[list[str]]:
-    """Apply every workaround for ``backend`` that applies to ``model``; undo them all on exit, in reverse order.
+def applied_workarounds(backend: str | None, model: Any, inputs: dict,
+                        ids: Iterable[str] | None = None) -> Iterator[list[str]]:
+    """Apply every workaround for ``backend`` (or, with ``ids``, those workarounds whatever their backend) that
+    applies to ``model``; undo them all on exit, in reverse order. The one apply loop: the trace's scope and a
+    quantizer's library call both go through it.
 
     Yields the list of ids that fired (filled before the body runs).
     """
+    wanted = None if ids is None else set(ids)
     fired: list[str] = []
     undos: list[Undo] = []
     with _apply_lock:
         try:
-            for w in workarounds(backend):
+            for w in workarounds(None if wanted is not None else backend):
+                if wanted is not None and w.id not in wanted:
+                    continue
                 if w.in_version_range() and w.applies(model, inputs):
                     undos.append(w.apply(model, inputs))
                     fired.append(w.id)

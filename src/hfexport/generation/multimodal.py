@@ -20,7 +20,7 @@ from typing import Any
 
 import torch
 
-from .capture.multimodal import (
+from ..capture.multimodal import (
     MODALITIES,
     PROJECTOR_NAMES,
     encoder_inputs,
@@ -28,8 +28,8 @@ from .capture.multimodal import (
     image_token_id,
     merge_image_features,
 )
-from .errors import UnsupportedError
-from .generation import TextState, _Component, decode_loop
+from ..errors import UnsupportedError
+from .loop import TextState, _Component, decode_loop
 
 __all__ = ["generate_multimodal", "POSITION_OFFSET"]
 

@@ -14,8 +14,9 @@ from typing import Any
 
 import torch
 
-from .capture.caches import tensor_leaves
-from .errors import UnsupportedError
+from ..capture.caches import tensor_leaves
+from ..errors import UnsupportedError
+from .loop import TextState, _Component
 
 __all__ = ["generate_beam"]
 
@@ -56,8 +57,6 @@ def _check(exported: Any, gen: Any, streamer: Any) -> None:
 
 def generate_beam(exported: Any, gen: Any, streamer: Any, inputs: dict) -> torch.Tensor:
     """Beam search; returns ``[batch * num_return_sequences, length]`` token ids as ``model.generate`` does."""
-    from .generation import TextState, _Component
-
     _check(exported, gen, streamer)
     prefill, decode = _Component(exported, "prefill"), _Component(exported, "decode")
     beams, returned = int(gen.num_beams), int(gen.num_return_sequences or 1)

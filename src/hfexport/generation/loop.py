@@ -1,42 +1,17 @@
-"""``ExportedModel.generate``: the decode loop over the exported components alone (no source model needed).
-
-Each step's kwargs are rebuilt the way ``generate()`` built the ones the graphs were traced with: the next token,
-the grown 2D mask (dynamic cache) or the 4D slot masks (static cache, one per attention kind), positions from the
-mask, and the cache the previous step returned. Token selection reuses transformers' logits warpers.
-"""
+"""The step loop shared by every kind of generation: token selection (transformers' logits warpers), a component's
+runner and cache, the text state (mask, positions, static-cache slots), and :func:`decode_loop`."""
 
 from __future__ import annotations
 
-import copy
 from typing import Any
 
 import torch
 import torch.utils._pytree as pytree
 
-from .errors import UnsupportedError
-from .runner import torch_dtype
+from ..errors import UnsupportedError
+from ..runner import torch_dtype
 
-__all__ = ["generate"]
-
-_GEN_KEYS = ("max_new_tokens", "eos_token_id", "pad_token_id", "do_sample", "temperature", "top_k", "top_p",
-             "decoder_start_token_id", "min_new_tokens", "num_beams", "num_return_sequences", "length_penalty",
-             "early_stopping")
-
-
-def _generation_config(exported: Any, kwargs: dict) -> Any:
-    from transformers import GenerationConfig
-
-    base = exported.generation_config
-    gen = copy.deepcopy(base) if base is not None else GenerationConfig()
-    overrides = {k: kwargs.pop(k) for k in list(kwargs) if k in _GEN_KEYS}
-    explicit = kwargs.pop("generation_config", None)
-    if explicit is not None:
-        gen = copy.deepcopy(explicit)
-    for key, value in overrides.items():
-        setattr(gen, key, value)
-    if gen.max_new_tokens is None:
-        gen.max_new_tokens = 20
-    return gen
+__all__ = ["TextState", "Component", "decode_loop"]
 
 
 def _eos_ids(gen: Any, device: torch.device) -> torch.Tensor | None:
@@ -186,52 +161,6 @@ def _slot_masks(kind: str, keys: list[str], valid: torch.Tensor, q_slots: torch.
     return masks
 
 
-def generate(exported: Any, **kwargs: Any) -> torch.Tensor:
-    """Generate token ids with the exported components; returns what ``model.generate`` returns.
-
-    Args:
-        exported: An :class:`~hfexport.ExportedModel` from ``export_for_generation``.
-        kwargs: The processor's output (``input_ids``, ``attention_mask``, ...) and generation arguments
-            (``max_new_tokens``, ``eos_token_id``, ``pad_token_id``, ``do_sample``, ``temperature``, ``top_k``,
-            ``top_p``, ``streamer``, ``generation_config``).
-    """
-    from .registry import runner_class_for
-    from .runner import torch_single_thread
-
-    if runner_class_for(exported.export_format).computes_with_torch:
-        return _generate(exported, kwargs)
-    with torch_single_thread():  # the loop's own torch ops are small; the cores are the runtime's
-        return _generate(exported, kwargs)
-
-
-def _generate(exported: Any, kwargs: dict[str, Any]) -> torch.Tensor:
-    device = _loop_device(exported)
-    kwargs = {k: v.to(device) if isinstance(v, torch.Tensor) and v.device != device else v for k, v in kwargs.items()}
-    streamer = kwargs.pop("streamer", None)
-    gen = _generation_config(exported, kwargs)
-    if getattr(gen, "num_beams", 1) not in (None, 1):
-        from .generation_beam import generate_beam  # refuses, naming the backend, where the cache cannot be reordered
-
-        return generate_beam(exported, gen, streamer, kwargs)
-    if "encoder" in exported.components:
-        return _generate_encoder_decoder(exported, gen, streamer, kwargs)
-    if "language_model" in exported.components:
-        from .generation_multimodal import generate_multimodal
-
-        return generate_multimodal(exported, gen, streamer, kwargs)
-    if "prefill" not in exported.components or "decode" not in exported.components:
-        raise UnsupportedError(
-            f"generate() needs the components of export_for_generation; this export has {list(exported.components)}"
-        )
-    return _generate_decoder(exported, gen, streamer, kwargs)
-
-
-def _loop_device(exported: Any) -> torch.device:
-    """Where the loop keeps its tensors: where the export's runners return theirs (the first component's), like
-    ``model.generate`` on ``model.device``; the caller's inputs are moved there."""
-    return exported.runner(next(iter(exported.components))).output_device
-
-
 class TextState:
     """The growing state of a decoder's text: 2D mask, positions, and (static caches) which slots hold tokens.
 
@@ -318,119 +247,4 @@ def decode_loop(gen: Any, streamer: Any, sequences: torch.Tensor, logits: torch.
     return sequences
 
 
-def _generate_decoder(exported: Any, gen: Any, streamer: Any, inputs: dict) -> torch.Tensor:
-    input_ids, logits, step = decoder_session(exported, inputs, gen.max_new_tokens)
-    return decode_loop(gen, streamer, input_ids, logits, step)
-
-
-def decoder_session(exported: Any, inputs: dict, max_new_tokens: int) -> tuple[torch.Tensor, torch.Tensor, Any]:
-    """Run a decoder export's prefill on ``inputs`` (popped: ``input_ids``, ``attention_mask``; the rest go to every
-    call); returns ``(input_ids, prefill logits, step)``, where ``step(token)`` runs the decode graph on the next
-    token (chosen by ``generate``'s selector, or forced by a caller scoring the export) and returns its logits."""
-    prefill, decode = _Component(exported, "prefill"), _Component(exported, "decode")
-    input_ids = inputs.pop("input_ids")
-    mask2d = inputs.pop("attention_mask", None)
-    mask2d = torch.ones_like(input_ids) if mask2d is None else mask2d.long()
-    window = getattr(exported.config, "sliding_window", None) if exported.config is not None else None
-    text = TextState(mask2d, max_new_tokens, decode.cache_capacity(), window)
-    prompt_len = input_ids.shape[-1]
-    out = prefill.runner(**inputs, input_ids=input_ids,
-                         **text.kwargs(prefill, 0, prompt_len, prefill.initial_cache(input_ids.shape[0], input_ids.device)))
-    state = {"out": out, "ids": input_ids}
-    # a model that keeps no cache: the decode component is the prefill's graph, run on the whole sequence so far
-    rereads = decode.cache_key is None and exported.components["decode"].program is exported.components["prefill"].program
-
-    def step(token: torch.Tensor) -> torch.Tensor:
-        position = text.advance()
-        if rereads:
-            state["ids"] = torch.cat([state["ids"], token[:, None]], dim=-1)
-            state["out"] = decode.runner(**inputs, input_ids=state["ids"], **text.kwargs(decode, 0, position + 1, None))
-            return state["out"].logits
-        cache = getattr(state["out"], decode.cache_key) if decode.cache_key else None
-        state["out"] = decode.runner(**inputs, input_ids=token[:, None], **text.kwargs(decode, position, 1, cache))
-        return state["out"].logits
-
-    return input_ids, out.logits, step
-
-
-def _generate_encoder_decoder(exported: Any, gen: Any, streamer: Any, inputs: dict) -> torch.Tensor:
-    encoder, prefill, decode = (_Component(exported, n) for n in ("encoder", "prefill", "decode"))
-    inputs = _pad_to_cross_cache(decode, inputs)
-    encoder_outputs = encoder.runner(**inputs)
-    tensors = [v for v in inputs.values() if isinstance(v, torch.Tensor) and v.dim() > 0]
-    if not tensors:
-        raise UnsupportedError(f"generate() got no encoder input tensor: {sorted(inputs)}")
-    batch = tensors[0].shape[0]  # input_ids, input_features, input_values, pixel_values...: all batch-first
-    device = tensors[0].device
-    start = gen.decoder_start_token_id
-    if start is None:
-        raise UnsupportedError("generation_config.decoder_start_token_id is not set; pass decoder_start_token_id=")
-    decoder_ids = torch.full((batch, 1), int(start), dtype=torch.long, device=device)
-    extra = {k: v for k, v in inputs.items() if k == "attention_mask"}
-
-    capacity = decode.cache_capacity()
-    if capacity is not None and 1 + gen.max_new_tokens > capacity:
-        raise UnsupportedError(
-            f"max_new_tokens ({gen.max_new_tokens}) exceeds the exported static decoder cache ({capacity} positions); "
-            "re-export with a larger max_cache_len"
-        )
-
-    def step_kwargs(component: _Component, ids: torch.Tensor, start: int, cache: Any) -> dict:
-        call = dict(extra)
-        call["decoder_input_ids"] = ids
-        call["encoder_outputs"] = encoder_outputs
-        kind = component.mask_kind("decoder_attention_mask")
-        if kind == "2d":
-            call["decoder_attention_mask"] = torch.ones(batch, start + ids.shape[-1], dtype=torch.long, device=device)
-        elif kind in ("4d", "dict"):
-            valid = torch.zeros(batch, capacity, dtype=torch.bool, device=device)
-            valid[:, : start + ids.shape[-1]] = True
-            q_slots = torch.arange(start, start + ids.shape[-1], device=device)
-            call["decoder_attention_mask"] = _slot_masks(kind, component.mask_keys("decoder_attention_mask"), valid,
-                                                         q_slots, None)
-        if component.cache_key:
-            call[component.cache_key] = cache
-        return call
-
-    out = prefill.runner(**step_kwargs(prefill, decoder_ids, 0, prefill.initial_cache(batch, device)))
-    state = {"out": out, "length": 1}
-
-    def step(token: torch.Tensor) -> torch.Tensor:
-        cache = getattr(state["out"], decode.cache_key) if decode.cache_key else None
-        state["out"] = decode.runner(**step_kwargs(decode, token[:, None], state["length"], cache))
-        state["length"] += 1
-        return state["out"].logits
-
-    sequences = decode_loop(gen, streamer, decoder_ids, out.logits, step, stream_prompt=False)
-    if exported.components["prefill"].metadata.architecture in _RETURNS_NEW_TOKENS_ONLY:
-        return sequences[:, 1:]
-    return sequences
-
-
-def _pad_to_cross_cache(component: _Component, inputs: dict) -> dict:
-    """A static cross-attention cache pins the encoder length: right-pad the encoder inputs to it, masked out."""
-    key = component.cache_key
-    cross = f"{key}.cross_attention_cache."
-    lengths = [s.example_shape[-2] for s in component.metadata.inputs
-               if s.name.startswith(cross) and s.name.endswith(".keys") and s.example_shape]
-    ids, mask = inputs.get("input_ids"), inputs.get("attention_mask")
-    if ids is None or not lengths or not component._static_layers(cross.rstrip(".")):
-        return inputs
-    target = int(lengths[0])
-    extra = target - ids.shape[-1]
-    if extra < 0:
-        raise UnsupportedError(
-            f"the encoder input has {ids.shape[-1]} tokens but the exported static cross-attention cache holds "
-            f"{target}; re-export with a sample input at least that long"
-        )
-    if extra == 0:
-        return inputs
-    padded = dict(inputs)
-    padded["input_ids"] = torch.cat([ids, torch.zeros((ids.shape[0], extra), dtype=ids.dtype, device=ids.device)], dim=-1)
-    mask = torch.ones_like(ids) if mask is None else mask
-    padded["attention_mask"] = torch.cat([mask, torch.zeros((mask.shape[0], extra), dtype=mask.dtype, device=mask.device)], dim=-1)
-    return padded
-
-
-# generate() of these drops the decoder prompt and returns only the new tokens
-_RETURNS_NEW_TOKENS_ONLY = ("WhisperForConditionalGeneration",)
+Component = _Component  # the public name; modules of this package use it

@@ -1,0 +1,12 @@
+"""What a transformers model's forward says about its own arguments, as far as every layer needs to know.
+
+Labels are training inputs (a loss is not exported) and the output flags choose what a forward returns: neither is a
+traced input of an export.
+"""
+
+from __future__ import annotations
+
+__all__ = ["LABEL_KEYS", "OUTPUT_FLAGS"]
+
+LABEL_KEYS = frozenset({"labels", "future_values", "next_sentence_label", "start_positions", "end_positions"})
+OUTPUT_FLAGS = ("use_cache", "return_dict", "output_attentions", "output_hidden_states", "output_router_logits")
