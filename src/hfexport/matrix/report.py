@@ -16,7 +16,7 @@ from typing import Any
 
 from .discovery import GENERATIVE_TASKS
 
-__all__ = ["FIELDS", "STATUSES", "coverage", "read_csv", "write_csv", "write_markdown", "write_heatmap",
+__all__ = ["FIELDS", "STATUSES", "coverage", "write_csv", "write_markdown", "write_heatmap",
            "write_reports"]
 
 FIELDS = ("model_type", "class_name", "task", "backend", "stage", "status", "max_abs_diff", "mismatched_tokens",
@@ -65,14 +65,6 @@ def write_csv(rows: list[dict[str, Any]], path: Path) -> Path:
         for row in rows:
             writer.writerow({k: ("" if row.get(k) is None else row.get(k)) for k in FIELDS})
     return path
-
-
-def read_csv(path: Path) -> list[dict[str, Any]]:
-    """Rows of a CSV written by :func:`write_csv`, numbers parsed back (empty cells as ``None``)."""
-    conv = {"max_abs_diff": float, "export_seconds": float, "wall_seconds": float, "mismatched_tokens": int}
-    with Path(path).open(newline="") as f:
-        return [{k: (conv[k](v) if k in conv and v != "" else (None if k in conv else v)) for k, v in r.items()}
-                for r in csv.DictReader(f)]
 
 
 def _cell(row: dict[str, Any] | None, applies: bool = False) -> str:

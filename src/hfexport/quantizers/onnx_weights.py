@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["nodes_in_modules", "int8_weight_only", "float_weight_nodes"]
+__all__ = ["nodes_in_modules", "int8_weight_only"]
 
 
 def _module_path(node: Any) -> str:
@@ -41,11 +41,6 @@ def nodes_in_modules(model: Any, patterns: Iterable[str], op_types: tuple[str, .
             if path and any(p.search(path) for p in compiled):
                 out.append(node.name)
     return out
-
-
-def float_weight_nodes(model: Any) -> list[str]:
-    """Names of the ``MatMul`` / ``Gather`` nodes that still read a float 2-D initializer as their weight."""
-    return [node.name for node in model.graph if _float_weight(node) is not None]
 
 
 def _float_weight(node: Any) -> Any:
