@@ -120,9 +120,9 @@ def test_too_old_package_and_drift_warning(monkeypatch):
         NeedsNew().validate_environment()
 
     monkeypatch.setattr(md, "version", lambda name: "5.0.0" if name == "transformers" else real(name))
-    from hfexport import exporter as exporter_module
+    from hfexport import _versions
 
-    monkeypatch.setattr(exporter_module, "_drift_warned", set())
+    monkeypatch.setattr(_versions, "_drift_warned", set())
     with pytest.warns(UserWarning, match="tested with transformers=="):
         DynamoExporter().validate_environment()
     with warnings.catch_warnings():

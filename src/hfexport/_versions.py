@@ -12,10 +12,12 @@ Example:
 
 from __future__ import annotations
 
+import importlib.metadata
 import re
-from collections.abc import Iterable, Mapping
+import warnings
+from collections.abc import Callable, Iterable, Mapping
 
-__all__ = ["__version__", "TESTED", "EXTRAS", "NO_DEPS", "normalize", "pip_line"]
+__all__ = ["__version__", "TESTED", "EXTRAS", "NO_DEPS", "normalize", "pip_line", "check_packages"]
 
 __version__ = "0.1.0"  # hfexport's own (pyproject.toml says the same)
 
@@ -103,3 +105,34 @@ def pip_line(dist_names: Iterable[str], tested: Mapping[str, str] | None = None)
     if no_deps:
         commands.append(f"pip install --no-deps {no_deps}")
     return " && ".join(commands)
+
+
+_drift_warned: set[tuple[str, str, str]] = set()
+
+
+def check_packages(owner: str, required: Mapping[str, str | None], tested: Mapping[str, str],
+                   pip: Callable[[list[str]], str], stacklevel: int = 3) -> None:
+    """The one package check (exporters and quantizers alike): raise :class:`MissingPackageError` with ``pip``'s
+    line for a missing or too-old ``required`` package; warn once per (owner, package, version) where an installed
+    package differs from the ``tested`` one."""
+    from packaging.version import Version
+
+    from .errors import MissingPackageError
+
+    for name, minimum in required.items():
+        try:
+            found = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            raise MissingPackageError(name, owner, pip([name])) from None
+        if minimum and Version(found) < Version(minimum):
+            raise MissingPackageError(name, owner, pip([name]), found, minimum)
+    for name, version in tested.items():
+        try:
+            found = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+        key = (owner, name, found)
+        if Version(found).base_version != Version(version).base_version and key not in _drift_warned:
+            _drift_warned.add(key)
+            warnings.warn(f"{owner} is tested with {name}=={version}, found {found}; results may differ",
+                          stacklevel=stacklevel + 1)

@@ -9,23 +9,20 @@ from __future__ import annotations
 
 import abc
 import dataclasses
-import importlib.metadata
 import logging
 import time
-import warnings
 from collections.abc import Callable, Mapping, MutableMapping
 from pathlib import Path
 from typing import Any, ClassVar
 
 import torch
-from packaging.version import Version
 
-from ._versions import TESTED, pip_line
+from ._versions import TESTED, check_packages, pip_line
 from .capture.caches import register_cache_classes
 from .capture.prepare import check_attention_implementation, patch_model_config, prepare_for_export
 from .capture.shapes import StageDynamicShapes, resolve_dynamic_shapes
 from .configs import ExportConfigMixin, ExportFormat
-from .errors import ConfigError, ExportError, HfExportError, MissingPackageError, UnsupportedError
+from .errors import ConfigError, ExportError, HfExportError, UnsupportedError
 from .exported import ExportedComponent, ExportedModel
 from .metadata import ExportMetadata
 from .quantizers.calibration import calibrate_components, check_quantizers
@@ -35,7 +32,6 @@ from .workarounds import applied_workarounds
 __all__ = ["HfExporter"]
 
 logger = logging.getLogger(__name__)
-_drift_warned: set[tuple[str, str, str]] = set()
 
 # Known failure signatures -> what to try. Matched on the text of the underlying exception.
 _HINTS: tuple[tuple[str, str], ...] = (
@@ -86,25 +82,7 @@ class HfExporter(abc.ABC):
     def validate_environment(self) -> None:
         """Raise :class:`MissingPackageError` (with the pip line) for a missing or too-old required package;
         warn once per package when the installed version differs from the tested one."""
-        for name, minimum in self.required_packages.items():
-            try:
-                found = importlib.metadata.version(name)
-            except importlib.metadata.PackageNotFoundError:
-                raise MissingPackageError(name, type(self).__name__, self._pip_line([name])) from None
-            if minimum and Version(found) < Version(minimum):
-                raise MissingPackageError(name, type(self).__name__, self._pip_line([name]), found, minimum)
-        for name, tested in self.tested_versions.items():
-            try:
-                found = importlib.metadata.version(name)
-            except importlib.metadata.PackageNotFoundError:
-                continue
-            key = (type(self).__name__, name, found)
-            if Version(found).base_version != Version(tested).base_version and key not in _drift_warned:
-                _drift_warned.add(key)
-                warnings.warn(
-                    f"{type(self).__name__} is tested with {name}=={tested}, found {found}; exports may differ",
-                    stacklevel=3,
-                )
+        check_packages(type(self).__name__, self.required_packages, self.tested_versions, self._pip_line)
 
     def _pip_line(self, names: list[str]) -> str:
         try:

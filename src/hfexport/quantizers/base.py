@@ -11,23 +11,17 @@ from __future__ import annotations
 import contextlib
 import copy
 import dataclasses
-import importlib.metadata
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, ClassVar
 
-from packaging.version import Version
-
-from .._versions import TESTED, normalize, pip_line
+from .._versions import TESTED, check_packages, normalize, pip_line
+from ..errors import UnsupportedError
 from ..formats import ExportFormat, parse_format
-from ..errors import MissingPackageError, UnsupportedError
 from ..hf_model import LABEL_KEYS, OUTPUT_FLAGS
 from ..workarounds.registry import applied_workarounds
 
 __all__ = ["ExportQuantizer", "CalibrationSet", "LibraryArguments", "quantizer_workarounds", "traced_kwargs"]
-
-_drift_warned: set[tuple[str, str, str]] = set()
-
 
 class CalibrationSet:
     """Re-iterable, lazy view of calibration samples as model inputs.
@@ -141,22 +135,7 @@ class ExportQuantizer:
                 + self.unsupported_hint(fmt)
             )
         self.check_options(fmt)
-        for name, minimum in self.required_packages.items():
-            try:
-                found = importlib.metadata.version(name)
-            except importlib.metadata.PackageNotFoundError:
-                raise MissingPackageError(name, type(self).__name__, _pip(name)) from None
-            if minimum and Version(found) < Version(minimum):
-                raise MissingPackageError(name, type(self).__name__, _pip(name), found, minimum)
-        for name, tested in self.tested_versions.items():
-            found = importlib.metadata.version(name)
-            key = (type(self).__name__, name, found)
-            if Version(found).base_version != Version(tested).base_version and key not in _drift_warned:
-                _drift_warned.add(key)
-                warnings.warn(
-                    f"{type(self).__name__} is tested with {name}=={tested}, found {found}; results may differ",
-                    stacklevel=2,
-                )
+        check_packages(type(self).__name__, self.required_packages, self.tested_versions, lambda names: _pip(names[0]))
 
     def unsupported_hint(self, export_format: ExportFormat | str) -> str:
         """What to use instead, appended to the ``ValueError`` for an unsupported format."""
