@@ -135,7 +135,8 @@ class ExportQuantizer:
                 + self.unsupported_hint(fmt)
             )
         self.check_options(fmt)
-        check_packages(type(self).__name__, self.required_packages, self.tested_versions, lambda names: _pip(names[0]))
+        check_packages(type(self).__name__, self.required_packages, self.tested_versions,
+                       lambda names: _pip(names[0]))
 
     def unsupported_hint(self, export_format: ExportFormat | str) -> str:
         """What to use instead, appended to the ``ValueError`` for an unsupported format."""
