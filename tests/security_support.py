@@ -105,7 +105,8 @@ def marker_payload(marker: Path) -> str:
     return f"open({str(marker)!r}, 'w').write('pwned')"
 
 
-def inputs(seed: int = 0) -> dict[str, torch.Tensor]:
+def inputs() -> dict[str, torch.Tensor]:
+    """The tiny Llama's 2 x 7 sample, as the saved exports were traced with."""
     return CASE.inputs(2, 7)
 
 

@@ -257,7 +257,7 @@ class ExportedModel:
 def _looks_local(name: str) -> bool:
     """Whether ``name`` is meant as a local path, never a Hub repo id: it exists, starts with ``.``, ``/`` or ``~``,
     or is not of the form ``name`` / ``namespace/name`` that the Hub accepts (two separators, a backslash)."""
-    if os.path.lexists(name) or name.startswith((".", "/", "~")) or "\\" in name or os.sep in name.replace("/", "", 1):
+    if os.path.lexists(name) or name.startswith((".", "/", "~")) or "\\" in name or name.count("/") > 1:
         return True
     from huggingface_hub.utils import HFValidationError, validate_repo_id
 

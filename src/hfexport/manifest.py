@@ -37,7 +37,6 @@ __all__ = ["MANIFEST_NAME", "SCHEMA_VERSION", "STAGING_NAME", "write_export", "r
            "parse_manifest", "listed_files", "reference_problem"]
 
 _CHUNK = 1 << 20
-_check_relative = check_relative  # the name earlier modules import
 
 
 def sha256_file(path: Path) -> str:
@@ -266,7 +265,7 @@ def listed_files(folder: Path) -> set[str] | None:
     """The paths the ``export.json`` in ``folder`` lists (well-formed entries only), or None where there is none: a
     program saved alone with ``save_program``, which :func:`reference_problem` then checks by place only."""
     path = Path(folder) / MANIFEST_NAME
-    if not _is_real_file(path) and not path.is_file():
+    if not path.is_file():
         return None
     try:
         manifest, _ = check_manifest(_read_text(path, str(folder)), str(folder))

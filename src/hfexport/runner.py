@@ -232,8 +232,7 @@ class ModelRunner:
         flat = []
         for index, (leaf, dtype) in enumerate(zip(leaves, self._input_dtypes)):
             if leaf.dtype != dtype:
-                if leaf.is_floating_point() and not (dtype.is_floating_point or dtype.is_complex):
-                    self._check_whole(leaf, self._tensor_inputs[index].name, dtype)
+                self._check_whole(leaf, self._tensor_inputs[index].name, dtype)
                 leaf = leaf.to(dtype)
             elif copy:
                 leaf = leaf.clone()
@@ -242,7 +241,10 @@ class ModelRunner:
 
     def _check_whole(self, leaf: torch.Tensor, name: str, dtype: torch.dtype) -> None:
         """A float tensor fed to an integer input (token ids, a mask) casts exactly only if it holds whole numbers;
-        otherwise the cast would silently change it (eager PyTorch raises on float ids)."""
+        otherwise the cast would silently change it (eager PyTorch raises on float ids). Called only where a cast
+        happens; does nothing unless it is float to integer."""
+        if not leaf.is_floating_point() or dtype.is_floating_point or dtype.is_complex:
+            return
         if leaf.numel() and not bool(torch.isfinite(leaf).all() and torch.equal(leaf, leaf.trunc())):
             raise UnsupportedError(
                 f"input {name!r} is {str(leaf.dtype).removeprefix('torch.')} with fractional or non-finite values, "

@@ -53,8 +53,7 @@ class DynamoRunner(ModelRunner):
             if isinstance(value, torch.Tensor):
                 dtype = self._top_dtypes.get(key)
                 if dtype is not None and value.dtype != dtype:
-                    if value.is_floating_point() and not (dtype.is_floating_point or dtype.is_complex):
-                        self._check_whole(value, key, dtype)
+                    self._check_whole(value, key, dtype)
                     value = value.to(dtype)
                 elif not share_inputs:
                     value = value.clone()

@@ -31,7 +31,7 @@ from ...capture.caches import serialization_safe_classes
 from ...errors import ManifestError
 from .graph_safety import graph_problems
 
-__all__ = ["safe_globals", "check_archive", "check_archive_pickles", "example_inputs_are_safe"]
+__all__ = ["safe_globals", "check_archive", "example_inputs_are_safe"]
 
 _FIXED = {"archive_format", "archive_version", "byteorder", ".data/version", ".data/serialization_id",
           "models/model.json", "data/sample_inputs/model.pt"}
@@ -56,11 +56,6 @@ def check_archive(path: Path, allowed: list[type]) -> None:
         problems = _archive_problems(path.name, archive, allowed)
     if problems:
         raise ManifestError(str(path), problems)
-
-
-def check_archive_pickles(path: Path, allowed: list[type]) -> None:
-    """Kept for callers of the earlier name: the whole archive check."""
-    check_archive(path, allowed)
 
 
 def _archive_problems(name: str, archive: zipfile.ZipFile, allowed: list[type]) -> list[str]:
