@@ -143,7 +143,7 @@ def stderr_noise(record: dict) -> Any:
 
 
 def export_child(variant: str, out: Path) -> dict:
-    from hfexport.models.packaged import packaged
+    from hfexport.testing.packaged import packaged
 
     model, tokenizer = packaged("smollm2")
     sample = dict(tokenizer(["Hello, world!"], return_tensors="pt"))
@@ -188,7 +188,7 @@ def run_export_child(variant: str, out: Path) -> dict:
 
 def timed_generate(generate: Any, inputs: dict, new_tokens: int) -> tuple[list[int], dict]:
     """Greedy generation timed by a streamer (the same one `hfexport run` uses, for eager and exports alike)."""
-    from hfexport.run_cli import TimingStreamer
+    from hfexport.generation.streamers import TimingStreamer
 
     streamer = TimingStreamer()
     with torch.no_grad():
@@ -233,7 +233,7 @@ def summarise(results: dict[str, dict]) -> list[int]:
 
 def bench_smollm2(args: argparse.Namespace, workdir: Path) -> dict:
     from hfexport import ExportedModel
-    from hfexport.models.packaged import packaged
+    from hfexport.testing.packaged import packaged
 
     variants = {**VARIANTS, **(EXPERIMENTS if args.gqa_experiment else {}), **({} if args.no_peer else PEER)}
     exports = {}

@@ -86,7 +86,7 @@ def export_child(variant: str, out: Path) -> dict:
 
 def bench_smollm2(args: argparse.Namespace, workdir: Path) -> dict:
     from hfexport import ExportedModel
-    from hfexport.models.packaged import packaged
+    from hfexport.testing.packaged import packaged
 
     exports = {}
     variants = {**VARIANTS, **({} if args.no_peer else {"peer": peer_onnx.PEER_LABEL})}
@@ -123,7 +123,7 @@ def bench_smollm2(args: argparse.Namespace, workdir: Path) -> dict:
 def bench_overhead(args: argparse.Namespace) -> dict:
     """Decode step wall time minus the time inside ONNX Runtime's run, on the tiny Llama (1 thread each side: its
     kernels are so small that a second thread only adds synchronisation)."""
-    from hfexport.models.tiny import TINY_CASES
+    from hfexport.testing.tiny import TINY_CASES
 
     threads = torch.get_num_threads()
     torch.set_num_threads(1)

@@ -162,7 +162,7 @@ def _timed_generate(generate: Any, inputs: dict, new_tokens: int) -> tuple[list[
 
 def bench_smollm2(args: argparse.Namespace, workdir: Path) -> dict:
     from hfexport import ExportedModel
-    from hfexport.models.packaged import packaged
+    from hfexport.testing.packaged import packaged
 
     exports = {}
     for variant, label in EXPORTS.items():

@@ -105,7 +105,7 @@ def bench_backend(backend: str, model: Any, tokenizer: Any, prompt: dict, args: 
 
 
 def run(args: argparse.Namespace) -> dict:
-    from hfexport.models.packaged import packaged
+    from hfexport.testing.packaged import packaged
 
     torch.manual_seed(0)
     model, tokenizer = packaged("smollm2")

@@ -6,7 +6,7 @@ Two tables, in benchmarks/RESULTS_QUANTIZED.md (and .json):
   hfexport.quantizers.presets), in a child process of its own: ``export_for_generation`` with a static cache and
   multi-token decode (``--graphs pipeline``: the one graph the decode-speed rows deploy) and the recipe calibrated on
   CALIBRATION, ``save_pretrained``, ``ExportedModel.from_pretrained``, then the weight bytes on disk
-  (hfexport.quantizers.measure.weight_bytes) against the fp32 model's parameter bytes, and the top-1 agreement:
+  (hfexport.tools.measure.weight_bytes) against the fp32 model's parameter bytes, and the top-1 agreement:
   eager greedy-decodes 64 tokens from each prompt (argmax, EOS included), the export prefills the prompt and runs
   its decode loop fed eager's tokens (teacher-forced), and each step scores whether its argmax is eager's token.
   Scored on the 4 EVAL_PROMPTS (the recipe variants were compared on these) and on 4 HELDOUT_PROMPTS (written after
@@ -91,7 +91,7 @@ GRAPHS = ("pipeline", "dynamic", "single")
 
 
 def _scores(reloaded: Any, prompts: list, sequences: list) -> list[float]:
-    from hfexport.quantizers.measure import top1_agreement
+    from hfexport.tools.measure import top1_agreement
 
     return [round(top1_agreement(reloaded, seq, ids.shape[1]), 4) for seq, ids in zip(sequences, prompts)]
 
@@ -101,8 +101,8 @@ def child(recipe_name: str | None, fmt: str, out: Path, graphs: str = "pipeline"
 
     warnings.filterwarnings("ignore")
     from hfexport import AutoExportConfig, AutoHfExporter, ExportedModel
-    from hfexport.models.packaged import packaged
-    from hfexport.quantizers.measure import eager_greedy, fp32_weight_bytes, weight_bytes
+    from hfexport.testing.packaged import packaged
+    from hfexport.tools.measure import eager_greedy, fp32_weight_bytes, weight_bytes
 
     model, tokenizer = packaged("smollm2")
     prompts = {name: [tokenizer(p, return_tensors="pt")["input_ids"] for p in texts]
@@ -172,7 +172,7 @@ def export_artifact(name: str, out: Path) -> dict:
 
     warnings.filterwarnings("ignore")
     from hfexport import AutoExportConfig, AutoHfExporter
-    from hfexport.models.packaged import packaged
+    from hfexport.testing.packaged import packaged
 
     recipe_name, fmt = _parse_pair(name)
     _, tokenizer = packaged("smollm2")
@@ -210,7 +210,7 @@ def time_decode(folder: Path, repeats: int, new_tokens: int) -> dict[str, Any]:
     """Every artifact saved under ``folder`` loaded and timed with eager in this process: batch 1, greedy,
     ``new_tokens`` new tokens, interleaved rounds (common.interleaved_rounds), best of ``repeats``."""
     from hfexport import ExportedModel
-    from hfexport.models.packaged import packaged
+    from hfexport.testing.packaged import packaged
 
     records_path = folder / "exports.json"
     exports = json.loads(records_path.read_text()) if records_path.exists() else {}

@@ -102,7 +102,7 @@ def measure_export(variant: str, out: Path, export: Callable[[Any, dict], Any]) 
     Returns the record (``variant``, ``export_s``, ``save_s``, ``peak_rss``, ``bytes``, ``files``, ``weight_bytes``;
     the peak RSS is taken after the save) and the exported model, for a caller that records more.
     """
-    from hfexport.models.packaged import packaged
+    from hfexport.testing.packaged import packaged
 
     model, tokenizer = packaged("smollm2")
     sample = dict(tokenizer([SAMPLE], return_tensors="pt"))
@@ -160,7 +160,7 @@ def timed_generate(generate: Any, inputs: dict, new_tokens: int, **kwargs: Any) 
     the stats (``prefill_s``, ``decode_s``, ``decode_steps``, ``decode_tok_s``)."""
     import torch
 
-    from hfexport.run_cli import TimingStreamer
+    from hfexport.generation.streamers import TimingStreamer
 
     streamer = TimingStreamer()
     with torch.no_grad():

@@ -63,7 +63,7 @@ def _():
 from hfexport import (AutoExportConfig, AutoHfExporter, DynamoConfig, ExecutorchConfig, ExportedModel,  # noqa: E402
                       UnsupportedError)
 from hfexport.exporter_dynamo import DynamoExporter  # noqa: E402
-from hfexport.models.tiny import tiny_inputs, tiny_model  # noqa: E402
+from hfexport.testing.tiny import tiny_inputs, tiny_model  # noqa: E402
 
 torch.manual_seed(0)
 MODEL = tiny_model("llama").eval()

@@ -79,7 +79,7 @@ def bench_overhead(args: argparse.Namespace) -> dict:
 def _bench_overhead(args: argparse.Namespace) -> dict:
     from bench_dynamo import VARIANTS, export_variant, timed_generate
 
-    from hfexport.models.tiny import TINY_CASES
+    from hfexport.testing.tiny import TINY_CASES
 
     case = TINY_CASES["llama"]
     model = case.build()

@@ -115,7 +115,7 @@ def peer_overhead(steps: int, prompt_len: int = 12) -> dict:
     """Per-step cost of the peer's runner around ONNX Runtime on the tiny Llama (1 thread), in a spec-style loop."""
     from transformers import StaticCache
 
-    from hfexport.models.tiny import TINY_CASES
+    from hfexport.testing.tiny import TINY_CASES
 
     case = TINY_CASES["llama"]
     model = case.build()

@@ -45,7 +45,7 @@ def export_decode(model_dir: str | None, output: Path, max_cache_len: int) -> No
     from hfexport import DynamoConfig, DynamoExporter
 
     if model_dir is None:
-        from hfexport.models.tiny import TINY_CASES
+        from hfexport.testing.tiny import TINY_CASES
 
         case = TINY_CASES["llama"]
         model, tokenizer = case.build(), None

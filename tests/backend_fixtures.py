@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from hfexport.models.tiny import TINY_CASES
+from hfexport.testing.tiny import TINY_CASES
 
 CASE = TINY_CASES["llama"]
 CACHE_LEN = 48

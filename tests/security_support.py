@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 import torch
 
-from hfexport.models.tiny import TINY_CASES
+from hfexport.testing.tiny import TINY_CASES
 
 CASE = TINY_CASES["llama"]
 MANIFEST = "export.json"

@@ -36,7 +36,7 @@ import pytest
 import torch
 
 import hfexport
-from hfexport.models.tiny_multimodal import FIRST_REGULAR_ID, TEXT_ID_END
+from hfexport.testing.tiny_multimodal import FIRST_REGULAR_ID, TEXT_ID_END
 from security_support import CASE, saved_exports, tiny_model  # noqa: F401 (fixtures)
 
 BACKENDS = ["dynamo", "onnx", "openvino", "executorch"]

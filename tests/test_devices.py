@@ -27,7 +27,7 @@ def test_an_input_traced_on_another_device_than_the_weights_is_recorded_and_read
 def test_the_trace_records_no_device_where_every_input_sits_with_the_weights():
     from hfexport import DynamoConfig
     from hfexport.exporter_dynamo import DynamoExporter
-    from hfexport.models.tiny import tiny_inputs, tiny_model
+    from hfexport.testing.tiny import tiny_inputs, tiny_model
 
     exported = DynamoExporter().export(tiny_model("llama").eval(), tiny_inputs("llama"), DynamoConfig())
     assert [s.device for s in exported.components["model"].metadata.inputs] == [None, None]
@@ -36,17 +36,22 @@ def test_the_trace_records_no_device_where_every_input_sits_with_the_weights():
 def test_generates_empty_cache_keeps_a_cpu_traced_counter_on_the_cpu():
     from transformers import StaticCache
 
-    from hfexport.capture.caches import register_pytree_node
+    from hfexport.pytrees import register_pytree_node
     from hfexport.generation.loop import Component as _Component
 
     register_pytree_node(StaticCache)
+    from hfexport.metadata import CacheLeaf, LeafRole
+
+    def place(role):
+        return CacheLeaf("past_key_values", role, layer=0, layer_type="StaticLayer", static=True)
+
     leaves = [
         TensorSpec("past_key_values.layers.0.keys", IORole.CACHE_INPUT, "float32", [1, 2, 16, 8],
-                   example_shape=[1, 2, 16, 8]),
+                   example_shape=[1, 2, 16, 8], cache=place(LeafRole.KEYS)),
         TensorSpec("past_key_values.layers.0.values", IORole.CACHE_INPUT, "float32", [1, 2, 16, 8],
-                   example_shape=[1, 2, 16, 8]),
+                   example_shape=[1, 2, 16, 8], cache=place(LeafRole.VALUES)),
         TensorSpec("past_key_values.layers.0.cumulative_length", IORole.CACHE_INPUT, "int64", [], example_shape=[],
-                   device="cpu"),
+                   device="cpu", cache=place(LeafRole.COUNTER)),
     ]
     component = _Component.__new__(_Component)
     component.name = "prefill"

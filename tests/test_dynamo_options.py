@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from hfexport import AutoExportConfig, AutoHfExporter, DynamoConfig, DynamoExporter, ExportMetadata, UnsupportedError
-from hfexport.models.tiny import TINY_CASES
+from hfexport.testing.tiny import TINY_CASES
 from hfexport.validation import compare_outputs
 
 

@@ -12,7 +12,7 @@ import zipfile
 import pytest
 
 from hfexport import DynamoConfig, DynamoExporter, ExportedModel, ManifestError
-from hfexport.models.tiny import TINY_CASES
+from hfexport.testing.tiny import TINY_CASES
 
 
 class _Evil:

@@ -10,7 +10,7 @@ import torch
 
 from hfexport import DynamoConfig, DynamoExporter, ExportedModel
 from hfexport.errors import ManifestError
-from hfexport.models.tiny import TINY_CASES
+from hfexport.testing.tiny import TINY_CASES
 
 
 @pytest.fixture(scope="module")

@@ -42,7 +42,7 @@ def _eager(max_new_tokens: int) -> list[int]:
     """Eager greedy ``generate`` of the same tiny Llama, static cache of the same size, batch 1, no padding."""
     from transformers import GenerationConfig
 
-    from hfexport.models.tiny import TINY_CASES
+    from hfexport.testing.tiny import TINY_CASES
 
     model = TINY_CASES["llama"].build()
     ids = torch.tensor([PROMPT_IDS])

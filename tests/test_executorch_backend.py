@@ -13,7 +13,7 @@ import torch
 
 from hfexport import ExecutorchConfig, ExportedModel, UnsupportedError
 from hfexport.exporter_executorch import ExecutorchExporter
-from hfexport.models.tiny import TINY_CASES
+from hfexport.testing.tiny import TINY_CASES
 
 pytest.importorskip("executorch", reason="the ExecuTorch backend needs the executorch package")
 

@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from hfexport import ExecutorchConfig, ExportedModel, UnsupportedError
-from hfexport.models.tiny import TINY_CASES
+from hfexport.testing.tiny import TINY_CASES
 
 pytest.importorskip("executorch", reason="the ExecuTorch backend needs the executorch package")
 

@@ -14,7 +14,7 @@ import torch
 
 from hfexport import ExecutorchConfig
 from hfexport.metadata import IORole
-from hfexport.models.tiny import TINY_CASES
+from hfexport.testing.tiny import TINY_CASES
 
 pytest.importorskip("executorch", reason="the ExecuTorch backend needs the executorch package")
 

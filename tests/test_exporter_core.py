@@ -90,6 +90,34 @@ def test_trace_failure_names_component_submodule_inputs_and_hint():
     assert err.component == "model" and err.submodule == "Branchy" and err.input_keys == ["x"]
     assert "data-dependent" in (err.hint or "")
     assert "Branchy" in str(err) and "x" in str(err)
+    assert err.stage == "trace" and "during trace" in str(err)
+
+
+def test_a_failure_while_lowering_names_the_lower_stage_and_the_component(monkeypatch):
+    pytest.importorskip("onnxscript", reason="the ONNX backend's packages are not installed")
+    from hfexport import OnnxConfig, OnnxExporter
+    from hfexport.backends.onnx import exporter as onnx_exporter
+
+    def broken(program, opset):
+        raise RuntimeError("converter exploded")
+
+    monkeypatch.setattr(onnx_exporter, "to_onnx", broken)
+    with pytest.raises(ExportError) as info:
+        OnnxExporter().export(_llama(), _inputs(), config=OnnxConfig())
+    assert info.value.stage == "lower" and info.value.component == "model"
+    assert "converter exploded" in str(info.value) and info.value.submodule == "LlamaForCausalLM"
+
+
+def test_each_stage_is_timed_per_component_in_order():
+    exporter = DynamoExporter()
+    exporter.export_for_generation(_llama(), _inputs(batch=1), DynamoConfig(dynamic=True))
+    stages = [(t.component, t.stage) for t in exporter.stage_timings]
+    per_graph = ["check", "prepare", "trace", "signature", "lower", "finish"]
+    assert stages[:2] == [("generate", "capture"), ("generate", "calibrate")]
+    assert stages[2:] == [("decode", s) for s in per_graph] + [("prefill", s) for s in per_graph]
+    assert all(t.seconds >= 0 for t in exporter.stage_timings)
+    trace = sum(t.seconds for t in exporter.stage_timings if t.stage == "trace")
+    assert trace > 0.05, "torch.export of two Llama layers takes more than 50 ms"
 
 
 def test_missing_backend_package_names_the_pip_line(monkeypatch):
@@ -238,3 +266,29 @@ def test_workarounds_apply_reversibly_and_are_recorded(monkeypatch):
     assert "test/patch" in exported.components["model"].metadata.workarounds
     assert "test/out-of-range" not in exported.components["model"].metadata.workarounds
     assert target["value"] == "original"
+
+
+@pytest.mark.parametrize("calibrated", [False, True])
+def test_a_quantizer_is_checked_once_per_export_for_generation(calibrated):
+    from hfexport import ExportFormat
+    from hfexport.quantizers.base import ExportQuantizer
+
+    checks, quantized = [], []
+
+    class Counting(ExportQuantizer):
+        supported_formats = (ExportFormat.DYNAMO,)
+        quantizes_fx_graph = True
+
+        def validate_environment(self, export_format):
+            checks.append(str(export_format))
+            super().validate_environment(export_format)
+
+        def quantize(self, model, sample_inputs, export_format):
+            quantized.append(1)
+            return model
+
+    calibration = [_inputs(batch=1)] if calibrated else None
+    DynamoExporter().export_for_generation(
+        _llama(), _inputs(batch=1), DynamoConfig(dynamic=True, quantizer=Counting(calibration)))
+    assert len(quantized) == 2, "the prefill and decode graphs are each quantized"
+    assert checks == ["dynamo"]

@@ -19,7 +19,7 @@ SRC = Path(__file__).resolve().parents[1] / "src"
 #: data flows capture -> trace -> lower -> save -> load -> run; a module imports only from its own layer or lower
 LAYERS: dict[str, int] = {
     # 0: typed errors, versions, format names, the cache pytree registration and leaf walk
-    "hfexport.errors": 0, "hfexport._versions": 0, "hfexport.formats": 0, "hfexport.capture.caches": 0,
+    "hfexport.errors": 0, "hfexport._versions": 0, "hfexport.formats": 0, "hfexport.pytrees": 0,
     # 1: what is written about an export, and the manifest
     "hfexport.metadata": 1, "hfexport.manifest_schema": 1, "hfexport.manifest": 1,
     # 2: contracts and registries
@@ -28,14 +28,14 @@ LAYERS: dict[str, int] = {
     "hfexport.capture": 3, "hfexport.signature": 3, "hfexport.runner": 3, "hfexport.quantizers": 3,
     "hfexport.workarounds.registry": 2,
     # 4: the exporter template, the artifact, generation, validation
-    "hfexport.exporter": 4, "hfexport.exported": 4, "hfexport.generation": 4, "hfexport.validation": 4,
+    "hfexport.exporter": 4, "hfexport.stages": 4, "hfexport.exported": 4, "hfexport.generation": 4,
+    "hfexport.validation": 4,
     # 5: the backends, and the workarounds of one backend's lowering
     "hfexport.backends": 5, "hfexport.workarounds.onnx_": 5, "hfexport.workarounds.openvino_": 5,
     "hfexport.workarounds.executorch_": 5, "hfexport.workarounds.quantize_": 5, "hfexport.workarounds.moe_": 5,
     # 6: what users and tools run: the command line, the demo, the matrix, the tiny-model builders, the spec's paths
-    "hfexport.cli": 6, "hfexport.run_cli": 6, "hfexport.demo": 6, "hfexport.env": 6, "hfexport.matrix": 6,
-    "hfexport.models": 6, "hfexport.utils": 6, "hfexport.exporter_": 6, "hfexport": 6,
-    "hfexport.quantizers.measure": 6,  # a tool: top-1 agreement through an export's own decode loop
+    "hfexport.cli": 6, "hfexport.testing": 6, "hfexport.tools": 6,
+    "hfexport.utils": 6, "hfexport.exporter_": 6, "hfexport": 6,
     "hfexport.hf_model": 1,
 }
 

@@ -58,7 +58,7 @@ def no_program_load(monkeypatch):
 
 def test_manifest_contents(saved_export: Path, tiny_export):
     manifest = _manifest(saved_export)
-    assert manifest["schema_version"] == SCHEMA_VERSION == 1
+    assert manifest["schema_version"] == SCHEMA_VERSION == 2
     assert manifest["export_format"] == "dynamo"
     assert manifest["hfexport_version"] == hfexport.__version__
 
@@ -179,6 +179,16 @@ def test_invalid_json(saved_copy: Path, no_program_load):
 def test_manifest_that_is_not_an_object(saved_copy: Path, no_program_load):
     (saved_copy / MANIFEST_NAME).write_text("[1, 2]")
     assert _problems(saved_copy) == [f"{MANIFEST_NAME} must hold a JSON object, not list [1, 2]"]
+
+
+def test_a_version_1_export_is_refused_with_the_fix(saved_copy: Path, no_program_load):
+    manifest = json.loads((saved_copy / MANIFEST_NAME).read_text())
+    manifest["schema_version"] = 1
+    (saved_copy / MANIFEST_NAME).write_text(json.dumps(manifest))
+    with pytest.raises(ManifestError) as info:
+        ExportedModel.from_pretrained(saved_copy)
+    assert "schema_version 1 is not supported" in str(info.value)
+    assert "re-export the model with this hfexport" in str(info.value)
 
 
 def test_newer_schema_version(saved_copy: Path, no_program_load):

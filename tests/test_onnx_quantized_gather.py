@@ -11,7 +11,7 @@ import torch
 
 from hfexport import AutoExportConfig, AutoHfExporter, ExportedModel
 from hfexport.quantizers import onnx_gather
-from hfexport.quantizers.measure import weight_bytes
+from hfexport.tools.measure import weight_bytes
 from hfexport.quantizers.presets import recipe
 
 

@@ -14,9 +14,9 @@ import pytest
 import torch
 from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
-import hfexport.models.packaged as pk
-from hfexport.models import packaged_dir
-from hfexport.models.packaged import packaged
+import hfexport.testing.packaged as pk
+from hfexport.testing import packaged_dir
+from hfexport.testing.packaged import packaged
 
 PROMPT = "The capital of France is"
 
@@ -201,7 +201,7 @@ def test_dtype_is_applied(smollm2, monkeypatch):
 @pytest.mark.slow
 def test_both_models_load_with_the_hub_offline(smollm2):
     code = (
-        "from hfexport.models.packaged import packaged\n"
+        "from hfexport.testing.packaged import packaged\n"
         "m, t = packaged('smollm2'); print(type(m).__name__)\n"
         "m, t = packaged('minilm'); print(type(m).__name__)\n"
     )

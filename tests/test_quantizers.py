@@ -32,7 +32,7 @@ from hfexport import (
     OpenVINOConfig,
     PT2EQuantizer,
 )
-from hfexport.models.tiny import TINY_CASES
+from hfexport.testing.tiny import TINY_CASES
 from hfexport.quantizers.presets import RECIPES, read_prompts, recipe
 
 CONFIGS = {
@@ -406,7 +406,7 @@ def test_a_static_multi_token_decode_calibrates_on_the_prompt_as_the_runner_feed
 
     import torch.utils._pytree as pytree
 
-    from hfexport.capture.caches import register_cache_classes
+    from hfexport.pytrees import register_cache_classes
     from hfexport.quantizers.calibration import capture_calibration
 
     case = TINY_CASES["llama"]

@@ -54,9 +54,6 @@ class ToyExporter(HfExporter):
     saved: ClassVar[list[str]] = []
     loaded: ClassVar[list[str]] = []
 
-    def export_program(self, model, sample_inputs, config):
-        return self.trace(model, sample_inputs, config)
-
     def program_suffix(self) -> str:
         return ".toy"
 

@@ -18,7 +18,7 @@ import pytest
 import torch
 
 from hfexport import ConfigError, ExportedModel, ManifestError, UnsupportedError
-from hfexport.capture.caches import register_cache_classes
+from hfexport.pytrees import register_cache_classes
 from security_pt2 import PAYLOADS, PT2_CASES
 from security_support import (
     Case, copy_export, inputs, manifest, program_file, reseal, saved_exports, tiny_model,  # noqa: F401

@@ -496,7 +496,7 @@ def test_an_honest_generation_export_loads_and_generates_the_same(fmt, tiny_mode
 def tied_executorch(tmp_path_factory):
     """A tied-weights model (tiny Gemma 3) exported to ExecuTorch: its weights go to a ``.ptd``."""
     import hfexport
-    from hfexport.models.tiny import TINY_CASES
+    from hfexport.testing.tiny import TINY_CASES
 
     case = TINY_CASES["gemma3"]
     model = case.build()

@@ -1,4 +1,4 @@
-"""Tests for the seeded tiny test models in ``hfexport.models.tiny``."""
+"""Tests for the seeded tiny test models in ``hfexport.testing.tiny``."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 import torch
 import transformers
 
-from hfexport.models.tiny import (
+from hfexport.testing.tiny import (
     BOS_ID,
     EOS_ID,
     PAD_ID,
@@ -19,7 +19,7 @@ from hfexport.models.tiny import (
     tiny_inputs,
     tiny_model,
 )
-from hfexport.models.tiny_multimodal import (
+from hfexport.testing.tiny_multimodal import (
     GEMMA3_VL_IMAGE_TOKENS,
     IMAGE_ID,
     LLAVA_IMAGE_TOKENS,

@@ -1,8 +1,11 @@
-"""``HfExporter``: the backend-independent export flow (check → prepare → trace → convert) around backend hooks.
+"""``HfExporter``: the backend-independent export flow as a template, around backend hooks.
 
-A backend subclasses :class:`HfExporter`, sets ``export_format`` / ``config_class`` / its package needs, and
-implements :meth:`~HfExporter.export_program` (usually :meth:`~HfExporter.trace` then a conversion),
-:meth:`~HfExporter.save_program` and :meth:`~HfExporter.load_program`.
+:meth:`HfExporter.export_program` runs check → prepare → [workaround scope: trace → quantize (FX graph) → signature →
+lower] → finish (see :mod:`hfexport.stages`). A backend subclasses :class:`HfExporter`, sets ``export_format`` /
+``config_class`` / its package needs, implements :meth:`~HfExporter.lower` (the traced program to the backend's
+program) and :meth:`~HfExporter.finish` (passes over it that need no workaround), and
+:meth:`~HfExporter.save_program` / :meth:`~HfExporter.load_program`. A backend whose export is not a
+``torch.export`` trace may override :meth:`~HfExporter.export_program` whole, as the spec allows.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ from typing import Any, ClassVar
 import torch
 
 from ._versions import TESTED, check_packages, pip_line
-from .capture.caches import register_cache_classes
+from .pytrees import register_cache_classes
 from .capture.prepare import check_attention_implementation, patch_model_config, prepare_for_export
 from .capture.shapes import StageDynamicShapes, resolve_dynamic_shapes
 from .configs import ExportConfigMixin, ExportFormat
@@ -27,31 +30,12 @@ from .exported import ExportedComponent, ExportedModel
 from .metadata import ExportMetadata
 from .quantizers.calibration import calibrate_components, check_quantizers
 from .signature import build_export_metadata
+from .stages import ExportStep, StageClock, StageTiming, first_lines, hint_for
 from .workarounds import applied_workarounds
 
 __all__ = ["HfExporter"]
 
 logger = logging.getLogger(__name__)
-
-# Known failure signatures -> what to try. Matched on the text of the underlying exception.
-_HINTS: tuple[tuple[str, str], ...] = (
-    ("data-dependent", "the model's code is data-dependent (it branches on, or sizes by, tensor values): rewrite "
-     "that branch with torch.cond / torch.where, or for a size check try "
-     "prefer_deferred_runtime_asserts_over_guards=True"),
-    ("Constraints violated", "a dim you marked dynamic is specialised by the model; use Dim.AUTO (dynamic=True) "
-     "or keep that dim static"),
-    ("is not a pytree", "an input type is not registered with torch.utils._pytree; pass tensors or caches"),
-    ("flash", "set attn_implementation='sdpa' or 'eager'"),
-)
-
-
-def _hint_for(error: BaseException) -> str | None:
-    text = f"{type(error).__name__}: {error}"
-    for needle, hint in _HINTS:
-        if needle in text:
-            return hint
-    return None
-
 
 class HfExporter(abc.ABC):
     """Abstract base class of the exporters.
@@ -72,6 +56,22 @@ class HfExporter(abc.ABC):
     required_packages: ClassVar[dict[str, str]] = {}
     package_extra: ClassVar[str | None] = None
     program_filename: ClassVar[str] = "model"
+    #: distributions whose versions the metadata of each traced graph records (besides torch and transformers)
+    trace_packages: ClassVar[tuple[str, ...]] = ()
+    #: called with each :class:`~hfexport.stages.StageTiming` as its stage ends (the CLI prints them), and with
+    #: ``(component, stage)`` as each starts (the CLI shows the elapsed time of a long one)
+    on_stage: Callable[[StageTiming], None] | None = None
+    on_stage_start: Callable[[str, str], None] | None = None
+
+    @property
+    def stage_timings(self) -> list[StageTiming]:
+        """Each stage's wall time in the last :meth:`export` / :meth:`export_for_generation`, per component."""
+        return self._clock().timings
+
+    def _clock(self) -> StageClock:
+        if getattr(self, "_stage_clock", None) is None:
+            self._stage_clock = StageClock(self.on_stage, self.on_stage_start)
+        return self._stage_clock
 
     # --- environment --------------------------------------------------------------------------------------------
 
@@ -114,6 +114,8 @@ class HfExporter(abc.ABC):
         config = self._check_config(config)
         self.validate_environment()
         check_quantizers({"model": config}, self.export_format)  # an unsupported quantizer: ValueError, before tracing
+        self._stage_clock = StageClock(self.on_stage, self.on_stage_start)
+        self._stage_clock.checked_quantizers.add(id(getattr(config, "quantizer", None)))
         program, metadata = self._export_component("model", model, sample_inputs, config)
         return ExportedModel(
             {"model": ExportedComponent(program, metadata)},
@@ -139,13 +141,22 @@ class HfExporter(abc.ABC):
         self.validate_environment()
         check_quantizers(config, self.export_format)
         check_attention_implementation(model)
-        components = decompose_for_generation(
-            model, sample_inputs, generation_config=generation_config, multi_token_decode=multi_token_decode
-        )
+        self._stage_clock = clock = StageClock(self.on_stage, self.on_stage_start)
+        with clock.stage("capture", "generate", model, sample_inputs):
+            components = decompose_for_generation(
+                model, sample_inputs, generation_config=generation_config, multi_token_decode=multi_token_decode
+            )
         configs = self._component_configs(config, list(components))
-        configs = calibrate_components(  # generate-kwargs calibration samples -> each component's own forward kwargs
-            model, config, configs, self.export_format, generation_config, multi_token_decode
-        )
+        with clock.stage("calibrate", "generate", model, sample_inputs):
+            # generate-kwargs calibration samples -> each component's own forward kwargs
+            configs = calibrate_components(
+                model, config, configs, self.export_format, generation_config, multi_token_decode
+            )
+        # checked above: the config's quantizer objects, and the per-component copies calibrate made of one
+        checked = [config.values() if isinstance(config, Mapping) else [config]]
+        if isinstance(config, ExportConfigMixin):
+            checked.append(configs.values())
+        clock.checked_quantizers.update(id(getattr(c, "quantizer", None)) for group in checked for c in group)
         _check_stage_shapes(configs, components, sample_inputs)
         exported = {}
         # the prefill last: a backend may run it on the decode graph (serves_prefill) instead of exporting it
@@ -179,8 +190,7 @@ class HfExporter(abc.ABC):
         A multi-token decode over a static cache can: given the empty cache, the whole prompt in one call (as the
         spec's decode loop does), then every later step. A backend that cannot run it that way overrides this."""
         metadata = decode.metadata
-        cache_key = next((k for k, v in metadata.kwargs.items() if v.get("kind") == "cache"), None)
-        if not multi_token_decode or cache_key is None or metadata.kwargs[cache_key].get("type") != "StaticCache":
+        if not multi_token_decode or metadata.cache_type != "StaticCache":
             return False
         ids = next((s for s in metadata.inputs if s.name == "input_ids"), None)
         if ids is None or len(ids.shape) != 2 or not isinstance(ids.shape[1], str):
@@ -188,11 +198,102 @@ class HfExporter(abc.ABC):
         tensors = {k for k, v in prefill_inputs.items() if isinstance(v, torch.Tensor)}
         return tensors <= set(metadata.kwargs)
 
-    @abc.abstractmethod
     def export_program(
         self, model: torch.nn.Module, sample_inputs: MutableMapping[str, Any], config: ExportConfigMixin
     ) -> tuple[Any, ExportMetadata]:
-        """Trace one graph; return the backend's program and the metadata recorded while tracing it."""
+        """Trace one graph; return the backend's program and the metadata recorded while tracing it.
+
+        The template: check → prepare → [workaround scope: trace → quantize (FX graph) → signature → lower] →
+        finish, each stage timed (:attr:`stage_timings`) and a failure inside one raised as an ``ExportError`` that
+        names it. A backend implements :meth:`lower` and :meth:`finish`; one whose export needs a scope of its own
+        around the whole (an opset, a custom-op library) overrides this and calls :meth:`export_stages`.
+        """
+        return self.export_stages(model, sample_inputs, config)
+
+    def export_stages(
+        self,
+        model: torch.nn.Module,
+        sample_inputs: MutableMapping[str, Any],
+        config: ExportConfigMixin,
+        *,
+        plan: Any = None,
+        static_caches: bool = False,
+    ) -> tuple[Any, ExportMetadata]:
+        """Run the stages of one graph (see :meth:`export_program`).
+
+        ``plan``: what the backend decided before tracing, handed to its hooks as ``step.plan``. ``static_caches``:
+        the caches keep their traced sizes whatever ``config.dynamic`` says (see
+        :func:`~hfexport.capture.shapes.resolve_dynamic_shapes`).
+        """
+        clock = self._clock()
+        step = ExportStep(getattr(self, "_component", "model"), model, sample_inputs, config, plan=plan)
+
+        def stage(name: str) -> Any:
+            return clock.stage(name, step.component, model, sample_inputs, step)
+
+        quantizer = getattr(config, "quantizer", None)
+        with stage("check"):
+            check_attention_implementation(model)
+            if quantizer is not None and id(quantizer) not in clock.checked_quantizers:
+                quantizer.validate_environment(self.export_format)
+            self.check(step)
+        with stage("prepare"):
+            model, inputs, flags = prepare_for_export(model, sample_inputs)
+            step.inputs = inputs
+            register_cache_classes(model)
+            dynamic_shapes = resolve_dynamic_shapes(config, inputs, static_caches=static_caches)
+        was_training = model.training
+        model.eval()
+        try:
+            with applied_workarounds(str(self.export_format), model, inputs) as fired, patch_model_config(
+                model, flags
+            ), torch.no_grad():
+                with stage("trace"):
+                    program = torch.export.export(
+                        model,
+                        args=(),
+                        kwargs=inputs,
+                        dynamic_shapes=dynamic_shapes,
+                        strict=config.strict,
+                        prefer_deferred_runtime_asserts_over_guards=config.prefer_deferred_runtime_asserts_over_guards,
+                    )
+                if quantizer is not None:
+                    with stage("quantize"):
+                        if quantizer.quantizes_fx_graph:
+                            program = quantizer.quantize(program, sample_inputs, self.export_format)
+                        else:  # what only the program knows (each op's module), for quantize() after lowering
+                            quantizer.read_program(program)
+                with stage("signature"):
+                    metadata = build_export_metadata(
+                        program, model, inputs, config, packages=self.trace_packages, workarounds=fired, flags=flags
+                    )
+                with stage("lower"):
+                    lowered = self.lower(program, metadata, step)
+            _warn_specialised(metadata, dynamic_shapes, config)
+        finally:
+            model.train(was_training)
+        with stage("finish"):
+            return self.finish(lowered, metadata, step), metadata
+
+    def check(self, step: ExportStep) -> None:
+        """Refuse, before tracing, what the backend cannot export (raise ``UnsupportedError`` / ``ConfigError``)."""
+
+    def lower(self, program: torch.export.ExportedProgram, metadata: ExportMetadata, step: ExportStep) -> Any:
+        """The traced (and FX-quantized) program as the backend's program. Runs inside the workaround scope, so
+        that the backend's workarounds (patches of its converter) apply. The default keeps the ``ExportedProgram``."""
+        return program
+
+    def finish(self, lowered: Any, metadata: ExportMetadata, step: ExportStep) -> Any:
+        """Passes over the lowered program outside the workaround scope (graph optimisation, weight compression,
+        a quantizer that works on the backend's model: :meth:`quantize_lowered`). The default returns it as is."""
+        return lowered
+
+    def quantize_lowered(self, lowered: Any, step: ExportStep) -> Any:
+        """Apply the config's quantizer to the backend's own model (one that does not quantize the FX graph)."""
+        quantizer = getattr(step.config, "quantizer", None)
+        if quantizer is None or quantizer.quantizes_fx_graph:
+            return lowered
+        return quantizer.quantize(lowered, step.sample_inputs, self.export_format)
 
     @abc.abstractmethod
     def save_program(self, program: Any, path: str | Path) -> None:
@@ -229,51 +330,7 @@ class HfExporter(abc.ABC):
             files[name] = self.program_files(filename)
         return files
 
-    # --- shared machinery for backends ---------------------------------------------------------------------------
-
-    def trace(
-        self,
-        model: torch.nn.Module,
-        sample_inputs: MutableMapping[str, Any],
-        config: ExportConfigMixin,
-        *,
-        packages: tuple[str, ...] = (),
-        transform: Callable[[torch.export.ExportedProgram], torch.export.ExportedProgram] | None = None,
-        static_caches: bool = False,
-    ) -> tuple[torch.export.ExportedProgram, ExportMetadata]:
-        """``torch.export`` the model on prepared inputs, with the registered workarounds applied.
-
-        Returns the program and its metadata. ``transform`` runs on the program before the metadata is read
-        (e.g. a quantizer over the FX graph). ``static_caches``: the caches keep their traced sizes whatever
-        ``config.dynamic`` says (see :func:`~hfexport.capture.shapes.resolve_dynamic_shapes`).
-        """
-        check_attention_implementation(model)
-        model, inputs, flags = prepare_for_export(model, sample_inputs)
-        register_cache_classes(model)
-        dynamic_shapes = resolve_dynamic_shapes(config, inputs, static_caches=static_caches)
-        was_training = model.training
-        model.eval()
-        try:
-            with applied_workarounds(str(self.export_format), model, inputs) as fired, patch_model_config(
-                model, flags
-            ), torch.no_grad():
-                program = torch.export.export(
-                    model,
-                    args=(),
-                    kwargs=inputs,
-                    dynamic_shapes=dynamic_shapes,
-                    strict=config.strict,
-                    prefer_deferred_runtime_asserts_over_guards=config.prefer_deferred_runtime_asserts_over_guards,
-                )
-                if transform is not None:
-                    program = transform(program)
-                metadata = build_export_metadata(
-                    program, model, inputs, config, packages=packages, workarounds=fired, flags=flags
-                )
-            _warn_specialised(metadata, dynamic_shapes, config)
-        finally:
-            model.train(was_training)
-        return program, metadata
+    # --- helpers ----------------------------------------------------------------------------------------------
 
     def _check_config(self, config: Any) -> ExportConfigMixin:
         if isinstance(config, Mapping):
@@ -310,19 +367,22 @@ class HfExporter(abc.ABC):
         self, name: str, model: torch.nn.Module, inputs: MutableMapping[str, Any], config: ExportConfigMixin
     ) -> tuple[Any, ExportMetadata]:
         start = time.perf_counter()
+        self._component = name
         try:
             program, metadata = self.export_program(model, inputs, config)
         except HfExportError:
             raise
-        except Exception as e:  # noqa: BLE001 - re-raised with the component's context
+        except Exception as e:  # noqa: BLE001 - a backend's own export_program: re-raised with the component
             raise ExportError(
-                f"{type(e).__name__}: {_first_lines(str(e))}",
+                f"{type(e).__name__}: {first_lines(str(e))}",
                 component=name,
                 submodule=type(model).__name__,
                 input_keys=list(inputs) if isinstance(inputs, Mapping) else [],
                 stage="export_program",
-                hint=_hint_for(e),
+                hint=hint_for(e),
             ) from e
+        finally:
+            self._component = "model"
         logger.info("exported %s (%s) in %.1fs", name, type(model).__name__, time.perf_counter() - start)
         return program, metadata
 
@@ -340,11 +400,6 @@ def _warn_specialised(metadata: ExportMetadata, dynamic_shapes: Any, config: Exp
     ]
     if pinned:
         logger.info("dims specialised while tracing (the model branches on them): %s", ", ".join(pinned))
-
-
-def _first_lines(text: str, n: int = 12) -> str:
-    lines = text.strip().splitlines()
-    return "\n".join(lines[:n]) + (f"\n  ... ({len(lines) - n} more lines)" if len(lines) > n else "")
 
 
 def _generation_config(model: torch.nn.Module) -> Any:
@@ -399,7 +454,7 @@ def _rereads(components: Mapping[str, Any], decode: ExportedComponent) -> bool:
     so far at each step."""
     from .capture.decompose import rereads_sequence
 
-    if any(v.get("kind") == "cache" for v in decode.metadata.kwargs.values()):
+    if decode.metadata.cache_kwarg is not None:
         return False
     if not rereads_sequence([components["prefill"][1], components["decode"][1]]):
         return False

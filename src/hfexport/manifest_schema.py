@@ -20,7 +20,10 @@ __all__ = ["MANIFEST_NAME", "STAGING_NAME", "SCHEMA_VERSION", "MAX_LISTED", "par
 
 MANIFEST_NAME = "export.json"
 STAGING_NAME = ".hfexport-staging"
-SCHEMA_VERSION = 1
+#: 2: each cache tensor's place in its cache (``TensorSpec.cache``) is recorded at trace time; version 1 exports,
+#: which lack it, are refused rather than run with roles guessed from names
+SCHEMA_VERSION = 2
+MIN_SCHEMA_VERSION = 2
 MAX_LISTED = 20
 """Problems listed in one error; a manifest with 300,000 bad entries still gives a message of a few lines."""
 
@@ -82,9 +85,11 @@ def check_manifest(text: str, where: str, name: str = MANIFEST_NAME) -> tuple[di
         fail(where, [f"{name} must hold a JSON object, not {_kind(manifest)}"])
     problems: list[str] = []
     version = manifest.get("schema_version")
-    if type(version) is not int or not 1 <= version <= SCHEMA_VERSION:
-        problems.append(f"{name}: schema_version {_short(version)} is not supported (this hfexport reads 1 to "
-                        f"{SCHEMA_VERSION}; upgrade hfexport for newer exports)")
+    if type(version) is not int or not MIN_SCHEMA_VERSION <= version <= SCHEMA_VERSION:
+        fix = ("re-export the model with this hfexport: an earlier one did not record the cache's leaves"
+               if type(version) is int and version < MIN_SCHEMA_VERSION else "upgrade hfexport for newer exports")
+        problems.append(f"{name}: schema_version {_short(version)} is not supported (this hfexport reads "
+                        f"{MIN_SCHEMA_VERSION} to {SCHEMA_VERSION}; {fix})")
     for key in ("export_format", "format", "hfexport_version"):
         if key in manifest and not isinstance(manifest[key], str) or (key == "export_format" and key not in manifest):
             problems.append(f"{name}: '{key}' must be a string, got {_kind(manifest.get(key))}")

@@ -16,9 +16,9 @@ from typing import Any
 import torch
 import torch.utils._pytree as pytree
 
-from .capture.caches import cache_class_paths, ensure_registered, is_cache
+from .pytrees import is_cache, load_spec
 
-__all__ = ["ExportMetadata", "IORole", "TensorSpec", "leaf_name", "flatten_with_names", "load_spec", "dump_spec"]
+__all__ = ["ExportMetadata", "IORole", "TensorSpec", "KwargKind", "KwargSpec", "LeafRole", "CacheLeaf"]
 
 
 class IORole(str, enum.Enum):
@@ -35,6 +35,150 @@ class IORole(str, enum.Enum):
         return self.value
 
 
+#: :meth:`ExportMetadata.cache_leaves`' default: leaves of every part of the cache
+ANY_PART: Any = type("AnyPart", (), {"__repr__": lambda self: "ANY_PART"})()
+
+
+class KwargKind(str, enum.Enum):
+    """What one traced forward kwarg was."""
+
+    TENSOR = "tensor"
+    CACHE = "cache"  # a transformers Cache (its leaves are cache inputs)
+    CONSTANT = "constant"  # an int, float, bool, string or None, specialised into the graph
+    PYTREE = "pytree"  # another container of tensors (a dict of masks, a ModelOutput)
+    FLAG = "flag"  # an output flag (use_cache, return_dict, ...) applied to the config while tracing, not traced
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class KwargSpec(dict):
+    """One traced kwarg's description: a ``dict`` as the spec's ``ExportMetadata.kwargs`` holds and saves
+    (``{"kind": "cache", "type": "StaticCache"}``), read through typed properties.
+
+    Example:
+        >>> KwargSpec.of(torch.ones(2, 3, dtype=torch.long)).kind, KwargSpec.of(torch.ones(2, 3)).ndim
+        (<KwargKind.TENSOR: 'tensor'>, 2)
+    """
+
+    @classmethod
+    def of(cls, value: Any) -> KwargSpec:
+        """Describe a sample value of a kwarg."""
+        if isinstance(value, torch.Tensor):
+            return cls(kind="tensor", dtype=str(value.dtype).removeprefix("torch."), ndim=value.dim())
+        if is_cache(value):
+            return cls(kind="cache", type=type(value).__name__)
+        if value is None or isinstance(value, bool | int | float | str):
+            return cls(kind="constant")
+        return cls(kind="pytree", type=type(value).__name__)
+
+    @classmethod
+    def flag(cls) -> KwargSpec:
+        return cls(kind="flag")
+
+    @property
+    def kind(self) -> KwargKind:
+        return KwargKind(self["kind"])
+
+    @property
+    def type_name(self) -> str | None:
+        """The class name of a cache or pytree kwarg (``StaticCache``)."""
+        return self.get("type")
+
+    @property
+    def ndim(self) -> int | None:
+        return self.get("ndim")
+
+    @property
+    def traced(self) -> bool:
+        """Whether the graph takes it (a flag only configured the trace)."""
+        return self.kind is not KwargKind.FLAG
+
+    @property
+    def fed(self) -> bool:
+        """Whether a caller feeds it at run time (a constant was specialised into the graph)."""
+        return self.kind not in (KwargKind.FLAG, KwargKind.CONSTANT)
+
+    @property
+    def state_layout(self) -> str | None:
+        """A cache kept by the program in another layout than the caller's (ExecuTorch's ``"bshd"``)."""
+        return self.get("state_layout")
+
+    @state_layout.setter
+    def state_layout(self, layout: str) -> None:
+        self["state_layout"] = layout
+
+    @classmethod
+    def from_dict(cls, name: str, values: Any) -> KwargSpec:
+        _expect(isinstance(values, Mapping), f"kwargs.{name}", values, "an object")
+        kind = values.get("kind")
+        _expect(kind in _KINDS, f"kwargs.{name}.kind", kind, f"one of {sorted(_KINDS)}")
+        for key in ("type", "dtype", "state_layout"):
+            _expect(values.get(key) is None or isinstance(values.get(key), str), f"kwargs.{name}.{key}",
+                    values.get(key), "a string")
+        ndim = values.get("ndim")
+        _expect(ndim is None or type(ndim) is int, f"kwargs.{name}.ndim", ndim, "an int")
+        return cls(values)
+
+
+class LeafRole(str, enum.Enum):
+    """What one tensor of a cache holds, as the cache layer's class defines it."""
+
+    KEYS = "keys"
+    VALUES = "values"
+    COUNTER = "counter"  # a layer's write position (StaticLayer.cumulative_length): a scalar, no batch axis
+    RECURRENT = "recurrent"  # a linear-attention / SSM layer's state (conv or recurrent states)
+    OTHER = "other"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+@dataclasses.dataclass
+class CacheLeaf:
+    """Where one tensor of a cache input sits in the cache, written at trace time from the cache object itself.
+
+    Attributes:
+        kwarg: The cache's kwarg (``past_key_values``).
+        role: What the tensor holds.
+        layer: The index of its layer in the cache's ``layers`` (None outside a layer).
+        layer_type: Its layer's class name (``StaticSlidingWindowLayer``).
+        static: Its layer keeps fixed-size buffers (a ``StaticLayer``): the sizes are the cache's capacity.
+        part: The sub-cache that holds it (an ``EncoderDecoderCache``'s ``self_attention_cache`` or
+            ``cross_attention_cache``); None for a cache of one part.
+    """
+
+    kwarg: str
+    role: LeafRole
+    layer: int | None = None
+    layer_type: str | None = None
+    static: bool = False
+    part: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"kwarg": self.kwarg, "role": str(self.role)}
+        for key in ("layer", "layer_type", "part"):
+            if getattr(self, key) is not None:
+                out[key] = getattr(self, key)
+        if self.static:
+            out["static"] = True
+        return out
+
+    @classmethod
+    def from_dict(cls, where: str, values: Any) -> CacheLeaf:
+        _expect(isinstance(values, Mapping), where, values, "an object")
+        _expect(isinstance(values.get("kwarg"), str), f"{where}.kwarg", values.get("kwarg"), "a string")
+        role = values.get("role")
+        _expect(role in _LEAF_ROLES, f"{where}.role", role, f"one of {sorted(_LEAF_ROLES)}")
+        layer = values.get("layer")
+        _expect(layer is None or (type(layer) is int and layer >= 0), f"{where}.layer", layer, "an index")
+        for key in ("layer_type", "part"):
+            _expect(values.get(key) is None or isinstance(values.get(key), str), f"{where}.{key}", values.get(key),
+                    "a string")
+        return cls(kwarg=values["kwarg"], role=LeafRole(role), layer=layer, layer_type=values.get("layer_type"),
+                   static=values.get("static", False) is True, part=values.get("part"))
+
+
 @dataclasses.dataclass
 class TensorSpec:
     """One flat tensor of a graph's signature.
@@ -49,6 +193,8 @@ class TensorSpec:
         example_shape: For inputs: the concrete shape of the sample the graph was traced with.
         device: For inputs traced on another device than the model's weights (a static cache's write counter kept
             on the CPU beside GPU keys and values): that device; ``None`` where it is the weights' device.
+        cache: For a cache's tensors (``CACHE_INPUT``, and the ``STATE`` / ``CACHE_OUTPUT`` a backend derives from
+            them): where in the cache it sits and what it holds.
     """
 
     name: str
@@ -59,6 +205,7 @@ class TensorSpec:
     target: str | None = None
     example_shape: list[int] | None = None
     device: str | None = None
+    cache: CacheLeaf | None = None
 
     def to_dict(self) -> dict[str, Any]:
         out = {"name": self.name, "role": str(self.role), "dtype": self.dtype, "shape": list(self.shape)}
@@ -70,6 +217,8 @@ class TensorSpec:
             out["example_shape"] = list(self.example_shape)
         if self.device is not None:
             out["device"] = self.device
+        if self.cache is not None:
+            out["cache"] = self.cache.to_dict()
         return out
 
     @classmethod
@@ -99,6 +248,7 @@ class TensorSpec:
             target=values.get("target"),
             example_shape=example,
             device=values.get("device"),
+            cache=None if values.get("cache") is None else CacheLeaf.from_dict(f"{name}.cache", values["cache"]),
         )
 
 
@@ -115,7 +265,7 @@ class ExportMetadata:
     export_config: dict[str, Any] = dataclasses.field(default_factory=dict)
     export_dtype: str | None = None
     export_device: str | None = None
-    kwargs: dict[str, dict] = dataclasses.field(default_factory=dict)
+    kwargs: dict[str, KwargSpec] = dataclasses.field(default_factory=dict)
     in_spec: str | None = None
     out_spec: str | None = None
     in_constants: dict[str, Any] = dataclasses.field(default_factory=dict)
@@ -145,8 +295,7 @@ class ExportMetadata:
         for key, value in kwargs.items():
             kind, label = _FIELD_TYPES[key]
             _expect(isinstance(value, kind) and not isinstance(value, bool), key, value, label)
-        for key, value in kwargs.get("kwargs", {}).items():
-            _expect(isinstance(value, dict), f"kwargs.{key}", value, "an object")
+        kwargs["kwargs"] = {key: KwargSpec.from_dict(key, value) for key, value in kwargs.get("kwargs", {}).items()}
         for key in ("in_spec", "out_spec"):
             if kwargs.get(key) is not None:
                 _expect(_is_json(kwargs[key]), key, kwargs[key], "a serialized tree spec (JSON text)")
@@ -164,6 +313,35 @@ class ExportMetadata:
     def mutations(self) -> list[TensorSpec]:
         return [s for s in self.outputs if s.role is IORole.MUTATION]
 
+    def __post_init__(self) -> None:
+        self.kwargs = {k: v if isinstance(v, KwargSpec) else KwargSpec(v) for k, v in self.kwargs.items()}
+
+    @property
+    def cache_kwarg(self) -> str | None:
+        """The kwarg that takes the cache (``past_key_values``), or None for a graph without one."""
+        return next((k for k, v in self.kwargs.items() if v.kind is KwargKind.CACHE), None)
+
+    @property
+    def cache_type(self) -> str | None:
+        """The traced cache's class name (``StaticCache``, ``EncoderDecoderCache``), or None."""
+        key = self.cache_kwarg
+        return self.kwargs[key].type_name if key is not None else None
+
+    def kind_of(self, kwarg: str) -> KwargKind | None:
+        """How ``kwarg`` was traced, or None when the graph was not traced with it."""
+        spec = self.kwargs.get(kwarg)
+        return spec.kind if spec is not None else None
+
+    def cache_leaves(self, role: LeafRole | None = None, part: Any = ANY_PART,
+                     static: bool | None = None) -> list[TensorSpec]:
+        """The cache's input tensors, in the program's order; filtered by what they hold, the sub-cache they sit in
+        (``part=None``: a cache of one part) and whether their layer is static."""
+        return [
+            s for s in self.inputs
+            if s.cache is not None and (role is None or s.cache.role is role)
+            and (part is ANY_PART or s.cache.part == part) and (static is None or s.cache.static is static)
+        ]
+
     def kwarg_specs(self) -> dict[str, pytree.TreeSpec]:
         """Each traced kwarg's pytree spec, by name, from ``in_spec`` (a kwargs dict spec, or torch.export's
         ``(args, kwargs)`` pair)."""
@@ -178,6 +356,8 @@ class ExportMetadata:
 # --- checking saved metadata -------------------------------------------------------------------------------------
 
 _ROLES = {role.value for role in IORole}
+_KINDS = {kind.value for kind in KwargKind}
+_LEAF_ROLES = {role.value for role in LeafRole}
 _DTYPE_NAMES = {str(d).removeprefix("torch.") for d in vars(torch).values() if isinstance(d, torch.dtype)}
 _OPTIONAL_STR = ((str, type(None)), "a string or null")
 _FIELD_TYPES: dict[str, tuple[Any, str]] = {
@@ -209,40 +389,6 @@ def _is_json(text: str) -> bool:
     return True
 
 
-# --- naming and specs -------------------------------------------------------------------------------------------
-
-
-def leaf_name(path: tuple) -> str:
-    """Dotted name of a pytree key path: ``past_key_values.layers.0.keys``."""
-    parts: list[str] = []
-    for key in path:
-        if isinstance(key, pytree.MappingKey):
-            parts.append(str(key.key))
-        elif isinstance(key, pytree.GetAttrKey):
-            parts.append(key.name)
-        elif isinstance(key, pytree.SequenceKey):
-            parts.append(str(key.idx))
-        else:
-            parts.append(str(key).strip(".[]'\""))
-    return ".".join(parts)
-
-
-def flatten_with_names(tree: Any) -> tuple[list[tuple[str, Any]], pytree.TreeSpec]:
-    """Flatten a pytree into ``(name, leaf)`` pairs and its spec."""
-    pairs, spec = pytree.tree_flatten_with_path(tree)
-    return [(leaf_name(path), leaf) for path, leaf in pairs], spec
-
-
-def dump_spec(spec: pytree.TreeSpec) -> str:
-    return pytree.treespec_dumps(spec)
-
-
-def load_spec(text: str) -> pytree.TreeSpec:
-    """Load a spec saved by :func:`dump_spec`, first registering the cache/output classes it names."""
-    ensure_registered(cache_class_paths(json.loads(text)))
-    return pytree.treespec_loads(text)
-
-
 def json_constant(value: Any) -> Any:
     """A JSON-able form of a non-tensor leaf (ints, floats, bools, strings, None, dtypes)."""
     if value is None or isinstance(value, bool | int | float | str):
@@ -250,21 +396,6 @@ def json_constant(value: Any) -> Any:
     if isinstance(value, torch.dtype):
         return str(value)
     return repr(value)
-
-
-def describe_kwargs(inputs: Mapping[str, Any]) -> dict[str, dict]:
-    """``ExportMetadata.kwargs``: for each traced kwarg, what kind of value it was."""
-    out: dict[str, dict] = {}
-    for key, value in inputs.items():
-        if isinstance(value, torch.Tensor):
-            out[key] = {"kind": "tensor", "dtype": str(value.dtype).removeprefix("torch."), "ndim": value.dim()}
-        elif is_cache(value):
-            out[key] = {"kind": "cache", "type": type(value).__name__}
-        elif value is None or isinstance(value, bool | int | float | str):
-            out[key] = {"kind": "constant"}
-        else:
-            out[key] = {"kind": "pytree", "type": type(value).__name__}
-    return out
 
 
 def shape_of(value: Any) -> list[int | str]:

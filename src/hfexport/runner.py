@@ -17,7 +17,8 @@ import torch
 import torch.utils._pytree as pytree
 
 from .errors import HfExportError, UnsupportedError
-from .metadata import ExportMetadata, IORole, load_spec
+from .metadata import ExportMetadata, IORole, KwargKind
+from .pytrees import load_spec, tensor_leaves
 
 __all__ = ["ModelRunner", "torch_single_thread"]
 
@@ -65,8 +66,8 @@ class ModelRunner:
 
     def __init__(self, metadata: ExportMetadata):
         self.metadata = metadata
-        self._traced_keys = [k for k, v in metadata.kwargs.items() if v.get("kind") != "flag"]
-        self._flags = {k for k, v in metadata.kwargs.items() if v.get("kind") == "flag"}
+        self._traced_keys = [k for k, v in metadata.kwargs.items() if v.traced]
+        self._flags = {k for k, v in metadata.kwargs.items() if not v.traced}
         self._tensor_inputs = list(metadata.inputs)
         self._input_dtypes = [torch_dtype(s.dtype) for s in self._tensor_inputs]
         self._out_spec = load_spec(metadata.out_spec) if metadata.out_spec else None
@@ -146,13 +147,13 @@ class ModelRunner:
         selected: dict[str, Any] = {}
         missing = []
         for key in self._traced_keys:
-            info = self.metadata.kwargs[key]
+            constant = self.metadata.kwargs[key].kind is KwargKind.CONSTANT
             if key in kwargs:
                 value = kwargs[key]
-                if info.get("kind") == "constant":
+                if constant:
                     self._check_constant(key, value)
                 selected[key] = value
-            elif info.get("kind") == "constant":
+            elif constant:
                 selected[key] = self.metadata.in_constants.get(key)
             else:
                 missing.append(key)
@@ -180,23 +181,12 @@ class ModelRunner:
 
     def flatten(self, inputs: Mapping[str, Any], copy: bool = False) -> list[torch.Tensor]:
         """The tensor inputs in the program's order, cast to the traced dtypes."""
-        leaves = [leaf for leaf in pytree.tree_leaves(dict(inputs)) if isinstance(leaf, torch.Tensor)]
-        return self.cast_inputs(self._checked(leaves), copy)
+        return self.cast_inputs(self._checked(tensor_leaves(dict(inputs))), copy)
 
     def flat_leaves(self, inputs: Mapping[str, Any]) -> list[torch.Tensor]:
-        """The tensor leaves of ``inputs`` in the program's order, caches read through their tensor leaves without
-        building a pytree context (cheaper per decode step than :meth:`flatten`'s tree walk)."""
-        from .capture.caches import is_cache, tensor_leaves
-
-        leaves: list[Any] = []
-        for value in inputs.values():
-            if isinstance(value, torch.Tensor):
-                leaves.append(value)
-            elif is_cache(value):
-                leaves.extend(tensor_leaves(value))
-            else:
-                leaves.extend(leaf for leaf in pytree.tree_leaves(value) if isinstance(leaf, torch.Tensor))
-        return self._checked(leaves)
+        """The tensor leaves of ``inputs`` in the program's order, not cast (:func:`~hfexport.pytrees.tensor_leaves`
+        reads caches through their tensors, without building a pytree context)."""
+        return self._checked(tensor_leaves(dict(inputs)))
 
     def _checked(self, leaves: list[torch.Tensor]) -> list[torch.Tensor]:
         if len(leaves) != len(self._tensor_inputs):

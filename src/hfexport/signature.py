@@ -14,19 +14,10 @@ import torch
 import torch.utils._pytree as pytree
 from torch.export.graph_signature import ConstantArgument, InputKind, OutputKind
 
-from .capture.caches import context_slot_names, is_cache
-from .metadata import (
-    ExportMetadata,
-    IORole,
-    TensorSpec,
-    describe_kwargs,
-    dump_spec,
-    flatten_with_names,
-    json_constant,
-    shape_of,
-)
+from .metadata import CacheLeaf, ExportMetadata, IORole, KwargSpec, LeafRole, TensorSpec, json_constant, shape_of
+from .pytrees import cache_leaf_owners, dump_spec, flatten_with_names, is_cache, spec_leaf_names
 
-__all__ = ["build_export_metadata", "output_names"]
+__all__ = ["build_export_metadata", "cache_leaves"]
 
 _CORE_PACKAGES = ("torch", "transformers")
 
@@ -45,31 +36,38 @@ def _package_versions(names: tuple[str, ...]) -> dict[str, str]:
     return out
 
 
-def output_names(out_spec: pytree.TreeSpec) -> list[tuple[str, bool]]:
-    """``(name, in_cache)`` for each leaf of an output spec, in flat order, read from the spec alone."""
-    out: list[tuple[str, bool]] = []
+#: what a cache layer's attribute holds, by the attribute's name in transformers' cache_utils layer classes
+_LEAF_ROLES = {
+    "keys": LeafRole.KEYS, "values": LeafRole.VALUES,
+    "cumulative_length": LeafRole.COUNTER, "indexer_cumulative_length": LeafRole.COUNTER,
+    "conv_states": LeafRole.RECURRENT, "recurrent_states": LeafRole.RECURRENT, "ssm_states": LeafRole.RECURRENT,
+}
 
-    def join(prefix: str, key: Any) -> str:
-        return f"{prefix}.{key}" if prefix else str(key)
 
-    def walk(spec: pytree.TreeSpec, prefix: str, in_cache: bool) -> None:
-        if spec.is_leaf():
-            out.append((prefix, in_cache))
-            return
-        children = spec.children()
-        if is_cache(spec.type):
-            keys: list[Any] = context_slot_names(spec.context)
-            in_cache = True
-        elif isinstance(spec.context, list) and len(spec.context) == len(children):
-            keys = spec.context  # dict / ModelOutput keys
-        elif hasattr(spec.context, "_fields"):
-            keys = list(spec.context._fields)  # namedtuple
-        else:
-            keys = list(range(len(children)))
-        for key, child in zip(keys, children):
-            walk(child, join(prefix, key), in_cache)
+def _layer_classes() -> tuple[type, ...]:
+    import transformers.cache_utils as cache_utils
 
-    walk(out_spec, "", False)
+    names = ("CacheLayerMixin", "LinearAttentionCacheLayerMixin")
+    return tuple(getattr(cache_utils, n) for n in names if hasattr(cache_utils, n))
+
+
+def cache_leaves(kwarg: str, cache: Any) -> list[CacheLeaf]:
+    """Where each tensor of ``cache`` sits (in its flat order): the layer holding it, that layer's class, whether
+    it is static, the sub-cache, and the role its attribute has in that layer class. Read from the objects."""
+    from transformers.cache_utils import StaticLayer
+
+    layers = _layer_classes()
+    out = []
+    for path, owners in cache_leaf_owners(cache):
+        at, layer = next(((p, o) for p, o in reversed(owners) if isinstance(o, layers)), ((), None))
+        index = at[-1] if at and isinstance(at[-1], int) else None  # its place in a `layers` list
+        # a cache inside the cache (EncoderDecoderCache's self_attention_cache / cross_attention_cache)
+        part = next((p[0] for p, o in owners[1:] if is_cache(o)), None)
+        out.append(CacheLeaf(
+            kwarg=kwarg, role=_LEAF_ROLES.get(path[-1], LeafRole.OTHER) if layer is not None else LeafRole.OTHER,
+            layer=index, layer_type=type(layer).__name__ if layer is not None else None,
+            static=isinstance(layer, StaticLayer), part=part,
+        ))
     return out
 
 
@@ -125,81 +123,12 @@ def build_export_metadata(
         flags: Output flags (``use_cache``, ...) applied to the config during the trace; recorded as constants.
     """
     named_inputs, in_spec = flatten_with_names(dict(inputs))
-    cache_kwargs = {k for k, v in inputs.items() if is_cache(v)}
-    sig = program.graph_signature
-    placeholders = {n.name: n for n in program.graph.nodes if n.op == "placeholder"}
-
-    user_specs = [s for s in sig.input_specs if s.kind == InputKind.USER_INPUT]
-    if len(user_specs) != len(named_inputs):
-        raise RuntimeError(
-            f"graph has {len(user_specs)} user inputs but the inputs flatten to {len(named_inputs)} leaves"
-        )
-    weights_device = next((p.device for p in model.parameters()), torch.device("cpu"))
-    tensor_inputs: list[TensorSpec] = []
-    in_constants: dict[str, Any] = {}
-    by_placeholder: dict[str, TensorSpec] = {}
-    for (name, leaf), spec in zip(named_inputs, user_specs):
-        if isinstance(spec.arg, ConstantArgument) or not isinstance(leaf, torch.Tensor):
-            in_constants[name] = json_constant(leaf)
-            continue
-        val = placeholders[spec.arg.name].meta.get("val", leaf)
-        role = IORole.CACHE_INPUT if name.split(".")[0] in cache_kwargs else IORole.INPUT
-        ts = TensorSpec(
-            name=name, role=role, dtype=_dtype_name(val.dtype), shape=shape_of(val), example_shape=list(leaf.shape),
-            device=str(leaf.device) if leaf.device != weights_device else None,
-        )
-        tensor_inputs.append(ts)
-        by_placeholder[spec.arg.name] = ts
-
-    for placeholder in inplace_mutated_placeholders(program.graph):
-        if placeholder in by_placeholder:
-            by_placeholder[placeholder].mutated = True
-
+    tensor_inputs, in_constants, by_placeholder = _input_specs(program, model, inputs, named_inputs)
+    outputs, out_constants = _output_specs(program, by_placeholder)
     out_spec = program.call_spec.out_spec
-    user_names = output_names(out_spec)
-    output_node = program.graph.output_node()
-    values = list(output_node.args[0])
-    outputs: list[TensorSpec] = []
-    out_constants: list = []
-    user_index = 0
-    for spec, node in zip(sig.output_specs, values):
-        val = node.meta.get("val") if isinstance(node, torch.fx.Node) else None
-        if spec.kind == OutputKind.USER_OUTPUT:
-            name, in_cache = user_names[user_index]
-            if isinstance(spec.arg, ConstantArgument) or val is None or not isinstance(val, torch.Tensor):
-                out_constants.append([user_index, json_constant(getattr(spec.arg, "value", None))])
-            else:
-                role = IORole.CACHE_OUTPUT if in_cache else IORole.OUTPUT
-                outputs.append(TensorSpec(name=name, role=role, dtype=_dtype_name(val.dtype), shape=shape_of(val)))
-            user_index += 1
-        elif spec.kind == OutputKind.USER_INPUT_MUTATION:
-            target = by_placeholder[spec.target]
-            target.mutated = True
-            outputs.append(
-                TensorSpec(
-                    name=f"{target.name}",
-                    role=IORole.MUTATION,
-                    dtype=_dtype_name(val.dtype),
-                    shape=shape_of(val),
-                    target=target.name,
-                )
-            )
-        elif spec.kind == OutputKind.BUFFER_MUTATION:
-            outputs.append(
-                TensorSpec(
-                    name=f"buffer.{spec.target}",
-                    role=IORole.STATE,
-                    dtype=_dtype_name(val.dtype),
-                    shape=shape_of(val),
-                    target=spec.target,
-                )
-            )
-        else:
-            raise RuntimeError(f"unsupported output kind {spec.kind} in the exported graph")
-
-    kwargs_info = describe_kwargs(inputs)
+    kwargs_info = {key: KwargSpec.of(value) for key, value in inputs.items()}
     for key, value in (flags or {}).items():
-        kwargs_info[key] = {"kind": "flag"}
+        kwargs_info[key] = KwargSpec.flag()
         in_constants[key] = json_constant(value)
 
     dtype = next((p.dtype for p in model.parameters()), None)
@@ -221,3 +150,86 @@ def build_export_metadata(
         outputs=outputs,
         workarounds=list(workarounds or []),
     )
+
+
+def _leaf_places(inputs: Mapping[str, Any], count: int) -> list[CacheLeaf | None]:
+    """Each flat input leaf's place in its cache (None outside a cache), in flat order: the kwargs flatten one
+    after the other."""
+    places: list[CacheLeaf | None] = []
+    for key, value in inputs.items():
+        leaves = len(flatten_with_names(value)[0])
+        if not is_cache(value):
+            places += [None] * leaves
+            continue
+        found = cache_leaves(key, value)
+        # a cache class flattened by its own registration (not ours): its leaves' places are not known
+        places += found if len(found) == leaves else [CacheLeaf(key, LeafRole.OTHER)] * leaves
+    if len(places) != count:
+        raise RuntimeError(f"the inputs flatten to {count} leaves, their kwargs one by one to {len(places)}")
+    return places
+
+
+def _input_specs(
+    program: torch.export.ExportedProgram, model: torch.nn.Module, inputs: Mapping[str, Any],
+    named_inputs: list[tuple[str, Any]],
+) -> tuple[list[TensorSpec], dict[str, Any], dict[str, TensorSpec]]:
+    """The tensor inputs' specs in the program's order, the constant inputs' values, and the specs by placeholder."""
+    placeholders = {n.name: n for n in program.graph.nodes if n.op == "placeholder"}
+    user_specs = [s for s in program.graph_signature.input_specs if s.kind == InputKind.USER_INPUT]
+    if len(user_specs) != len(named_inputs):
+        raise RuntimeError(
+            f"graph has {len(user_specs)} user inputs but the inputs flatten to {len(named_inputs)} leaves"
+        )
+    weights_device = next((p.device for p in model.parameters()), torch.device("cpu"))
+    tensor_inputs: list[TensorSpec] = []
+    in_constants: dict[str, Any] = {}
+    by_placeholder: dict[str, TensorSpec] = {}
+    for (name, leaf), spec, place in zip(named_inputs, user_specs, _leaf_places(inputs, len(named_inputs))):
+        if isinstance(spec.arg, ConstantArgument) or not isinstance(leaf, torch.Tensor):
+            in_constants[name] = json_constant(leaf)
+            continue
+        val = placeholders[spec.arg.name].meta.get("val", leaf)
+        ts = TensorSpec(
+            name=name, role=IORole.CACHE_INPUT if place is not None else IORole.INPUT, dtype=_dtype_name(val.dtype),
+            shape=shape_of(val), example_shape=list(leaf.shape),
+            device=str(leaf.device) if leaf.device != weights_device else None, cache=place,
+        )
+        tensor_inputs.append(ts)
+        by_placeholder[spec.arg.name] = ts
+    for placeholder in inplace_mutated_placeholders(program.graph):
+        if placeholder in by_placeholder:
+            by_placeholder[placeholder].mutated = True
+    return tensor_inputs, in_constants, by_placeholder
+
+
+def _output_specs(
+    program: torch.export.ExportedProgram, by_placeholder: dict[str, TensorSpec]
+) -> tuple[list[TensorSpec], list]:
+    """The outputs' specs in the program's order (user outputs, in-place updates of inputs, buffer updates), and
+    the constant user outputs as ``[index, value]``."""
+    user_names = spec_leaf_names(program.call_spec.out_spec)
+    values = list(program.graph.output_node().args[0])
+    outputs: list[TensorSpec] = []
+    out_constants: list = []
+    user_index = 0
+    for spec, node in zip(program.graph_signature.output_specs, values):
+        val = node.meta.get("val") if isinstance(node, torch.fx.Node) else None
+        if spec.kind == OutputKind.USER_OUTPUT:
+            name, in_cache = user_names[user_index]
+            if isinstance(spec.arg, ConstantArgument) or val is None or not isinstance(val, torch.Tensor):
+                out_constants.append([user_index, json_constant(getattr(spec.arg, "value", None))])
+            else:
+                role = IORole.CACHE_OUTPUT if in_cache else IORole.OUTPUT
+                outputs.append(TensorSpec(name=name, role=role, dtype=_dtype_name(val.dtype), shape=shape_of(val)))
+            user_index += 1
+        elif spec.kind == OutputKind.USER_INPUT_MUTATION:
+            target = by_placeholder[spec.target]
+            target.mutated = True
+            outputs.append(TensorSpec(name=target.name, role=IORole.MUTATION, dtype=_dtype_name(val.dtype),
+                                      shape=shape_of(val), target=target.name))
+        elif spec.kind == OutputKind.BUFFER_MUTATION:
+            outputs.append(TensorSpec(name=f"buffer.{spec.target}", role=IORole.STATE, dtype=_dtype_name(val.dtype),
+                                      shape=shape_of(val), target=spec.target))
+        else:
+            raise RuntimeError(f"unsupported output kind {spec.kind} in the exported graph")
+    return outputs, out_constants

@@ -3,7 +3,8 @@
 from .capture.decompose import decompose_prefill_decode
 from .capture.split import decompose_for_generation
 from .capture.multimodal import decompose_multimodal, is_multimodal
-from .capture.prepare import get_leaf_tensors, patch_model_config, prepare_for_export, register_export_input_preparer
+from .capture.prepare import patch_model_config, prepare_for_export, register_export_input_preparer
+from .pytrees import get_leaf_tensors
 
 __all__ = [
     "decompose_for_generation",

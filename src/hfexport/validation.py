@@ -6,7 +6,7 @@ from typing import Any
 
 import torch
 
-from .capture.prepare import get_leaf_tensors
+from .pytrees import get_leaf_tensors
 
 __all__ = ["compare_outputs"]
 

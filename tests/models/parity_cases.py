@@ -8,7 +8,7 @@ from typing import Any, Callable
 import torch
 
 from hfexport import ExportedModel
-from hfexport.models.tiny import TINY_CASES
+from hfexport.testing.tiny import TINY_CASES
 from hfexport.validation import compare_outputs
 
 CASES = ["llama", "qwen3", "gpt2", "gemma3", "mixtral", "qwen3_moe", "bert", "t5", "vit", "whisper", "mamba"]

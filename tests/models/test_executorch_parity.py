@@ -13,7 +13,7 @@ import torch
 
 from hfexport import ExecutorchConfig, ExportedModel
 from hfexport.exporter_executorch import ExecutorchExporter
-from hfexport.models.tiny import TINY_CASES
+from hfexport.testing.tiny import TINY_CASES
 from parity_cases import check
 
 pytest.importorskip("executorch", reason="the ExecuTorch backend needs the executorch package")

@@ -17,7 +17,7 @@ import torch
 from generation_cases import generation_config, text_inputs
 from hfexport import ExecutorchConfig, ExportedModel, UnsupportedError
 from hfexport.exporter_executorch import ExecutorchExporter
-from hfexport.models.tiny import TINY_CASES
+from hfexport.testing.tiny import TINY_CASES
 
 pytest.importorskip("executorch", reason="the ExecuTorch backend needs the executorch package")
 

@@ -12,8 +12,8 @@ import torch
 
 from hfexport import DynamoConfig, DynamoExporter, ExportedModel, UnsupportedError
 from hfexport.capture.multimodal import decompose_multimodal, is_multimodal
-from hfexport.models.tiny import TINY_CASES
-from hfexport.models.tiny_multimodal import (
+from hfexport.testing.tiny import TINY_CASES
+from hfexport.testing.tiny_multimodal import (
     IMAGE_ID,
     LLAVA_IMAGE,
     LLAVA_IMAGE_TOKENS,

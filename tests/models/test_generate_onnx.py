@@ -23,7 +23,7 @@ from hfexport import OnnxConfig, UnsupportedError
 from hfexport.exporter_onnx import OnnxExporter
 from generation_cases import generation_config, text_inputs
 
-from hfexport.models.tiny import TINY_CASES
+from hfexport.testing.tiny import TINY_CASES
 
 NEW_TOKENS = 32
 FAMILIES = ["llama", "qwen3", "gpt2", "gemma3", "mixtral", "qwen3_moe", "t5", "whisper", "mamba"]

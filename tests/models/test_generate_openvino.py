@@ -21,7 +21,7 @@ import torch
 from generation_cases import generation_config, text_inputs
 from hfexport import OpenVINOConfig, UnsupportedError
 from hfexport.exporter_openvino import OpenVINOExporter
-from hfexport.models.tiny import TINY_CASES
+from hfexport.testing.tiny import TINY_CASES
 
 NEW_TOKENS = 32
 FAMILIES = ["llama", "qwen3", "gpt2", "gemma3", "mixtral", "t5", "whisper", "mamba"]

@@ -10,7 +10,7 @@ import textwrap
 import torch
 
 from hfexport import DynamoConfig, DynamoExporter
-from hfexport.models.packaged import packaged
+from hfexport.testing.packaged import packaged
 
 PROMPTS = ["The capital of France is", "def fibonacci(n):", "Once upon a time, a small robot"]
 NEW_TOKENS = 64
@@ -35,7 +35,7 @@ def test_smollm2_reloaded_in_a_new_process_generates_eager_text(tmp_path):
         f"""
         import json, sys
         from hfexport import ExportedModel
-        from hfexport.models.packaged import packaged_dir
+        from hfexport.testing.packaged import packaged_dir
         from transformers import AutoTokenizer
         tok = AutoTokenizer.from_pretrained(packaged_dir("smollm2"))
         exported = ExportedModel.from_pretrained({str(tmp_path / "export")!r})

@@ -9,8 +9,8 @@ import warnings
 import torch
 
 from hfexport import DynamoConfig, DynamoExporter
-from hfexport.matrix.inputs import sample_inputs
-from hfexport.matrix.shrink import build_model
+from hfexport.tools.matrix.inputs import sample_inputs
+from hfexport.tools.matrix.shrink import build_model
 
 
 def test_fuyu_prefill_takes_the_processor_inputs_and_generates_eagers_tokens():

@@ -11,7 +11,7 @@ import torch
 
 from hfexport import OnnxConfig
 from hfexport.exporter_onnx import OnnxExporter
-from hfexport.models.tiny import TINY_CASES
+from hfexport.testing.tiny import TINY_CASES
 from hfexport.validation import compare_outputs
 from parity_cases import CASES, check_other_shapes, check_reload, check_same_inputs, export_case
 

@@ -18,7 +18,7 @@ import torch
 from hfexport import ExportError, OpenVINOConfig
 from hfexport.capture.multimodal import decompose_multimodal
 from hfexport.exporter_openvino import OpenVINOExporter
-from hfexport.models.tiny import TINY_CASES
+from hfexport.testing.tiny import TINY_CASES
 from hfexport.validation import compare_outputs
 from hfexport.workarounds.registry import applied_workarounds
 

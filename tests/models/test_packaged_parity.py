@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from hfexport import DynamoConfig, DynamoExporter, ExportedModel
-from hfexport.models.packaged import packaged
+from hfexport.testing.packaged import packaged
 from hfexport.validation import compare_outputs
 
 PROMPTS = ["The capital of France is", "Write a short poem about the sea and the sky."]

@@ -14,8 +14,8 @@ import pytest
 import torch
 
 from hfexport import AutoExportConfig, AutoHfExporter, ExportedModel
-from hfexport.models.tiny import TINY_CASES
-from hfexport.quantizers.measure import eager_greedy, fp32_weight_bytes, top1_agreement, weight_bytes
+from hfexport.testing.tiny import TINY_CASES
+from hfexport.tools.measure import eager_greedy, fp32_weight_bytes, top1_agreement, weight_bytes
 from hfexport.quantizers.presets import recipe
 
 STEPS = 64
@@ -100,7 +100,7 @@ def test_generation_export_agreement_runs_its_own_prefill_and_decode_graphs(llam
     per step fed the given token. An fp32 export keeps every one of eager's greedy tokens; fed a random continuation,
     each step's argmax is eager's argmax after the same tokens (a feed off by one position would break that) and
     the score counts the misses; the decode graph runs STEPS - 1 times."""
-    from hfexport.quantizers.measure import _forced_decode
+    from hfexport.tools.measure import _forced_decode
 
     case, model, sequence, _ = llama
     config = AutoExportConfig.from_dict({"export_format": "dynamo", "dynamic": True})

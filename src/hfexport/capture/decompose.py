@@ -19,7 +19,7 @@ from typing import Any
 import torch
 
 from ..errors import UnsupportedError
-from .caches import is_cache
+from ..pytrees import is_cache
 from .recorder import GENERATE_HINTS, CallRecorder
 
 __all__ = ["decompose_prefill_decode", "full_attention_cache", "merge_decode_calls"]

@@ -20,7 +20,7 @@ from typing import Any
 import torch
 
 from ..errors import UnsupportedError
-from .caches import is_cache
+from ..pytrees import is_cache
 from .recorder import CallRecorder
 
 __all__ = [

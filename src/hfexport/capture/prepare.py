@@ -16,14 +16,13 @@ import torch
 
 from ..errors import UnsupportedError
 from ..hf_model import LABEL_KEYS, OUTPUT_FLAGS
-from .caches import is_cache
+from ..pytrees import is_cache
 
 __all__ = [
     "prepare_for_export",
     "patch_model_config",
     "check_attention_implementation",
     "register_export_input_preparer",
-    "get_leaf_tensors",
 ]
 
 _UNEXPORTABLE_ATTENTION = ("flash_attention", "flex_attention", "paged", "kernels-community/")
@@ -147,39 +146,3 @@ def patch_model_config(model: torch.nn.Module, flags: Mapping[str, Any]) -> Iter
             else:
                 with contextlib.suppress(AttributeError):
                     delattr(config, key)
-
-
-def get_leaf_tensors(obj: Any) -> dict[str, torch.Tensor]:
-    """Recursively collect the leaf tensors of a nested structure, keyed by dotted path.
-
-    Handles tensors, dicts, lists, tuples, dataclasses / ``ModelOutput`` and caches.
-
-    Example:
-        >>> get_leaf_tensors({"a": torch.ones(1), "b": [torch.zeros(2)]}).keys()
-        dict_keys(['a', 'b.0'])
-    """
-    from ..metadata import flatten_with_names
-    from .caches import register_cache_classes
-
-    out: dict[str, torch.Tensor] = {}
-
-    def walk(value: Any, prefix: str) -> None:
-        if isinstance(value, torch.Tensor):
-            out[prefix] = value
-        elif is_cache(value):
-            register_cache_classes()
-            for name, leaf in flatten_with_names(value)[0]:
-                if isinstance(leaf, torch.Tensor):
-                    out[f"{prefix}.{name}" if prefix else name] = leaf
-        elif isinstance(value, Mapping):
-            for k, v in value.items():
-                walk(v, f"{prefix}.{k}" if prefix else str(k))
-        elif isinstance(value, list | tuple):
-            for i, v in enumerate(value):
-                walk(v, f"{prefix}.{i}" if prefix else str(i))
-        elif hasattr(value, "__dataclass_fields__"):
-            for name in value.__dataclass_fields__:
-                walk(getattr(value, name), f"{prefix}.{name}" if prefix else name)
-
-    walk(obj, "")
-    return out

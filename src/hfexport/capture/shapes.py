@@ -9,7 +9,7 @@ import torch
 import torch.utils._pytree as pytree
 
 from ..errors import ConfigError
-from .caches import is_cache
+from ..pytrees import is_cache
 
 __all__ = ["StageDynamicShapes", "auto_dynamic_shapes", "resolve_dynamic_shapes"]
 

@@ -14,9 +14,9 @@ from typing import Any
 
 import torch
 
-from ..capture.caches import tensor_leaves
 from ..errors import UnsupportedError
-from .loop import TextState, _Component
+from ..pytrees import tensor_leaves
+from .loop import Component, TextState, eos_ids
 
 __all__ = ["generate_beam"]
 
@@ -58,7 +58,7 @@ def _check(exported: Any, gen: Any, streamer: Any) -> None:
 def generate_beam(exported: Any, gen: Any, streamer: Any, inputs: dict) -> torch.Tensor:
     """Beam search; returns ``[batch * num_return_sequences, length]`` token ids as ``model.generate`` does."""
     _check(exported, gen, streamer)
-    prefill, decode = _Component(exported, "prefill"), _Component(exported, "decode")
+    prefill, decode = Component(exported, "prefill"), Component(exported, "decode")
     beams, returned = int(gen.num_beams), int(gen.num_return_sequences or 1)
     input_ids = inputs.pop("input_ids")
     mask2d = inputs.pop("attention_mask", None)
@@ -73,8 +73,7 @@ def generate_beam(exported: Any, gen: Any, streamer: Any, inputs: dict) -> torch
     out = prefill.runner(**extra, input_ids=input_ids,
                          **text.kwargs(prefill, 0, prompt_len, prefill.initial_cache(batch * beams, dev)))
 
-    eos = gen.eos_token_id
-    eos = torch.tensor(eos if isinstance(eos, list) else [eos], dtype=torch.long, device=dev) if eos is not None else None
+    eos = eos_ids(gen, dev)
     pad = gen.pad_token_id
     fill = (pad if pad else int(eos[0])) if eos is not None else -1  # as transformers fills unused positions
     keep = max(2, 1 + (eos.numel() if eos is not None else 0)) * beams

@@ -6,7 +6,7 @@ from typing import Any
 
 import torch
 
-from .loop import TextState, _Component, decode_loop
+from .loop import Component, TextState, decode_loop
 
 __all__ = ["generate_decoder", "decoder_session"]
 
@@ -20,7 +20,7 @@ def decoder_session(exported: Any, inputs: dict, max_new_tokens: int) -> tuple[t
     """Run a decoder export's prefill on ``inputs`` (popped: ``input_ids``, ``attention_mask``; the rest go to every
     call); returns ``(input_ids, prefill logits, step)``, where ``step(token)`` runs the decode graph on the next
     token (chosen by ``generate``'s selector, or forced by a caller scoring the export) and returns its logits."""
-    prefill, decode = _Component(exported, "prefill"), _Component(exported, "decode")
+    prefill, decode = Component(exported, "prefill"), Component(exported, "decode")
     input_ids = inputs.pop("input_ids")
     mask2d = inputs.pop("attention_mask", None)
     mask2d = torch.ones_like(input_ids) if mask2d is None else mask2d.long()

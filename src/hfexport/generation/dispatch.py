@@ -15,11 +15,13 @@ from .decoder import generate_decoder
 from .encoder_decoder import generate_encoder_decoder
 from .multimodal import generate_multimodal
 
-__all__ = ["generate"]
+__all__ = ["generate", "GENERATION_ARGUMENTS"]
 
-_GEN_KEYS = ("max_new_tokens", "eos_token_id", "pad_token_id", "do_sample", "temperature", "top_k", "top_p",
-             "decoder_start_token_id", "min_new_tokens", "num_beams", "num_return_sequences", "length_penalty",
-             "early_stopping")
+#: the generation arguments generate() honours (any other is refused, never dropped)
+GENERATION_ARGUMENTS = (
+    "max_new_tokens", "eos_token_id", "pad_token_id", "do_sample", "temperature", "top_k", "top_p",
+    "decoder_start_token_id", "min_new_tokens", "num_beams", "num_return_sequences", "length_penalty", "early_stopping",
+)
 
 
 def _generation_config(exported: Any, kwargs: dict) -> Any:
@@ -27,7 +29,7 @@ def _generation_config(exported: Any, kwargs: dict) -> Any:
 
     base = exported.generation_config
     gen = copy.deepcopy(base) if base is not None else GenerationConfig()
-    overrides = {k: kwargs.pop(k) for k in list(kwargs) if k in _GEN_KEYS}
+    overrides = {k: kwargs.pop(k) for k in list(kwargs) if k in GENERATION_ARGUMENTS}
     explicit = kwargs.pop("generation_config", None)
     if explicit is not None:
         gen = copy.deepcopy(explicit)

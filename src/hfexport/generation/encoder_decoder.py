@@ -7,7 +7,8 @@ from typing import Any
 import torch
 
 from ..errors import UnsupportedError
-from .loop import _Component, _slot_masks, decode_loop
+from ..metadata import LeafRole
+from .loop import Component, slot_masks, decode_loop
 
 __all__ = ["generate_encoder_decoder"]
 
@@ -16,7 +17,7 @@ _RETURNS_NEW_TOKENS_ONLY = ("WhisperForConditionalGeneration",)
 
 
 def generate_encoder_decoder(exported: Any, gen: Any, streamer: Any, inputs: dict) -> torch.Tensor:
-    encoder, prefill, decode = (_Component(exported, n) for n in ("encoder", "prefill", "decode"))
+    encoder, prefill, decode = (Component(exported, n) for n in ("encoder", "prefill", "decode"))
     inputs = _pad_to_cross_cache(decode, inputs)
     encoder_outputs = encoder.runner(**inputs)
     tensors = [v for v in inputs.values() if isinstance(v, torch.Tensor) and v.dim() > 0]
@@ -37,7 +38,7 @@ def generate_encoder_decoder(exported: Any, gen: Any, streamer: Any, inputs: dic
             "re-export with a larger max_cache_len"
         )
 
-    def step_kwargs(component: _Component, ids: torch.Tensor, start: int, cache: Any) -> dict:
+    def step_kwargs(component: Component, ids: torch.Tensor, start: int, cache: Any) -> dict:
         call = dict(extra)
         call["decoder_input_ids"] = ids
         call["encoder_outputs"] = encoder_outputs
@@ -48,7 +49,7 @@ def generate_encoder_decoder(exported: Any, gen: Any, streamer: Any, inputs: dic
             valid = torch.zeros(batch, capacity, dtype=torch.bool, device=device)
             valid[:, : start + ids.shape[-1]] = True
             q_slots = torch.arange(start, start + ids.shape[-1], device=device)
-            call["decoder_attention_mask"] = _slot_masks(kind, component.mask_keys("decoder_attention_mask"), valid,
+            call["decoder_attention_mask"] = slot_masks(kind, component.mask_keys("decoder_attention_mask"), valid,
                                                          q_slots, None)
         if component.cache_key:
             call[component.cache_key] = cache
@@ -69,14 +70,12 @@ def generate_encoder_decoder(exported: Any, gen: Any, streamer: Any, inputs: dic
     return sequences
 
 
-def _pad_to_cross_cache(component: _Component, inputs: dict) -> dict:
+def _pad_to_cross_cache(component: Component, inputs: dict) -> dict:
     """A static cross-attention cache pins the encoder length: right-pad the encoder inputs to it, masked out."""
-    key = component.cache_key
-    cross = f"{key}.cross_attention_cache."
-    lengths = [s.example_shape[-2] for s in component.metadata.inputs
-               if s.name.startswith(cross) and s.name.endswith(".keys") and s.example_shape]
+    lengths = [s.example_shape[-2] for s in component.metadata.cache_leaves(
+        LeafRole.KEYS, part="cross_attention_cache", static=True) if s.example_shape]
     ids, mask = inputs.get("input_ids"), inputs.get("attention_mask")
-    if ids is None or not lengths or not component._static_layers(cross.rstrip(".")):
+    if ids is None or not lengths:
         return inputs
     target = int(lengths[0])
     extra = target - ids.shape[-1]

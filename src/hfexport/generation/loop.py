@@ -9,12 +9,14 @@ import torch
 import torch.utils._pytree as pytree
 
 from ..errors import UnsupportedError
+from ..metadata import KwargKind, LeafRole
 from ..runner import torch_dtype
 
-__all__ = ["TextState", "Component", "decode_loop"]
+__all__ = ["TextState", "Component", "decode_loop", "eos_ids", "slot_masks"]
 
 
-def _eos_ids(gen: Any, device: torch.device) -> torch.Tensor | None:
+def eos_ids(gen: Any, device: torch.device) -> torch.Tensor | None:
+    """The generation config's end-of-sequence ids as a tensor (None when it has none)."""
     eos = gen.eos_token_id
     if eos is None:
         return None
@@ -45,7 +47,7 @@ class _Selector:
 
     def __init__(self, gen: Any, batch: int, device: torch.device):
         self.gen = gen
-        self.eos = _eos_ids(gen, device)
+        self.eos = eos_ids(gen, device)
         self.pad = gen.pad_token_id if gen.pad_token_id is not None else (int(self.eos[0]) if self.eos is not None else 0)
         self.unfinished = torch.ones(batch, dtype=torch.bool, device=device)
         self.warpers = _warpers(gen)
@@ -70,7 +72,7 @@ class _Selector:
 # --- building step inputs ---------------------------------------------------------------------------------------
 
 
-class _Component:
+class Component:
     """A runner plus what its traced inputs look like."""
 
     def __init__(self, exported: Any, name: str):
@@ -81,22 +83,24 @@ class _Component:
 
     @property
     def cache_key(self) -> str | None:
-        return next((k for k, v in self.kwargs.items() if v.get("kind") == "cache"), None)
+        return self.metadata.cache_kwarg
 
     def takes(self, key: str) -> bool:
-        return key in self.kwargs and self.kwargs[key].get("kind") not in ("flag",)
+        spec = self.kwargs.get(key)
+        return spec is not None and spec.traced
 
     def mask_kind(self, key: str = "attention_mask") -> str:
-        info = self.kwargs.get(key, {})
-        if info.get("kind") == "tensor":
-            return "2d" if info.get("ndim") == 2 else "4d"
-        if info.get("kind") == "pytree":
+        kind = self.metadata.kind_of(key)
+        if kind is KwargKind.TENSOR:
+            return "2d" if self.kwargs[key].ndim == 2 else "4d"
+        if kind is KwargKind.PYTREE:
             return "dict"
         return "none"
 
     def mask_keys(self, key: str = "attention_mask") -> list[str]:
-        prefix = f"{key}."
-        return [s.name[len(prefix):] for s in self.metadata.inputs if s.name.startswith(prefix)]
+        """The keys of a dict of masks (one per layer type: ``full_attention``, ``sliding_attention``)."""
+        spec = self.metadata.kwarg_specs().get(key)
+        return [str(k) for k in spec.context] if spec is not None and spec.type is dict else []
 
     def initial_cache(self, batch: int, device: torch.device | str = "cpu") -> Any:
         """An empty cache shaped like the traced one (batch from the call, the rest from the trace)."""
@@ -104,13 +108,10 @@ class _Component:
         if key is None:
             return None
         child = self.metadata.kwarg_specs()[key]
-        prefix = f"{key}."
         leaves = []
-        for s in self.metadata.inputs:
-            if not s.name.startswith(prefix):
-                continue
+        for s in self.metadata.cache_leaves():
             shape = list(s.example_shape or [d if isinstance(d, int) else 1 for d in s.shape])
-            if shape and not s.name.endswith("cumulative_length"):
+            if shape and s.cache.role is not LeafRole.COUNTER:  # a layer's write position has no batch axis
                 if isinstance(s.shape[0], int) and s.shape[0] != batch:
                     raise UnsupportedError(
                         f"the {self.name} graph was traced for batch {s.shape[0]} (static shapes); got batch {batch}"
@@ -122,28 +123,19 @@ class _Component:
 
     def cache_capacity(self) -> int | None:
         """Positions a static (self-attention) cache holds, ``None`` for a growing cache."""
-        key = self.cache_key
-        kind = self.kwargs.get(key, {}).get("type") if key else None
-        if kind == "StaticCache":
-            prefix = f"{key}.layers."
-        elif kind == "EncoderDecoderCache" and self._static_layers(f"{key}.self_attention_cache"):
-            prefix = f"{key}.self_attention_cache.layers."
-        else:
+        kind = self.metadata.cache_type
+        part = "self_attention_cache" if kind == "EncoderDecoderCache" else None
+        if kind not in ("StaticCache", "EncoderDecoderCache"):
             return None
-        for s in self.metadata.inputs:
-            if s.name.startswith(prefix) and s.name.endswith(".keys") and s.example_shape:
-                return int(s.example_shape[-2])
-        return None
-
-    def _static_layers(self, prefix: str) -> bool:
-        return any(s.name.startswith(prefix) and s.name.endswith("cumulative_length") for s in self.metadata.inputs)
+        keys = [s for s in self.metadata.cache_leaves(LeafRole.KEYS, part=part, static=True) if s.example_shape]
+        return int(keys[0].example_shape[-2]) if keys else None
 
 
 def _positions(mask2d: torch.Tensor) -> torch.Tensor:
     return (mask2d.long().cumsum(-1) - 1).clamp_min(0)
 
 
-def _slot_masks(kind: str, keys: list[str], valid: torch.Tensor, q_slots: torch.Tensor, window: int | None) -> Any:
+def slot_masks(kind: str, keys: list[str], valid: torch.Tensor, q_slots: torch.Tensor, window: int | None) -> Any:
     """4D boolean masks ``[b, 1, q, K]`` over cache slots: causal, minus padding, minus out-of-window for sliding."""
     capacity = valid.shape[-1]
     slots = torch.arange(capacity, device=valid.device)
@@ -192,7 +184,7 @@ class TextState:
         self.window = window
         self.padded = not bool(mask2d.bool().all())
 
-    def kwargs(self, component: _Component, start: int, q: int, cache: Any) -> dict[str, Any]:
+    def kwargs(self, component: Component, start: int, q: int, cache: Any) -> dict[str, Any]:
         """Position, mask and cache kwargs for a call on query positions ``start .. start + q``."""
         call: dict[str, Any] = {}
         if self.padded and start == 0 and component.mask_kind() == "none":  # (an SSM's decode step needs none)
@@ -212,7 +204,7 @@ class TextState:
         elif kind in ("4d", "dict"):
             # a growing cache's slots are the positions so far (a prefill graph traced with a prepared 4D mask)
             valid = self.valid if self.valid is not None else self.mask[:, : start + q].bool()
-            call["attention_mask"] = _slot_masks(
+            call["attention_mask"] = slot_masks(
                 kind, component.mask_keys(), valid, torch.arange(start, start + q, device=valid.device), self.window
             )
         if component.cache_key:
@@ -247,4 +239,3 @@ def decode_loop(gen: Any, streamer: Any, sequences: torch.Tensor, logits: torch.
     return sequences
 
 
-Component = _Component  # the public name; modules of this package use it

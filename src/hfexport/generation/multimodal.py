@@ -29,7 +29,8 @@ from ..capture.multimodal import (
     merge_image_features,
 )
 from ..errors import UnsupportedError
-from .loop import TextState, _Component, decode_loop
+from ..metadata import KwargKind
+from .loop import Component, TextState, decode_loop
 
 __all__ = ["generate_multimodal", "POSITION_OFFSET"]
 
@@ -64,7 +65,7 @@ def generate_multimodal(exported: Any, gen: Any, streamer: Any, inputs: dict) ->
     config = exported.config
     if config is None:
         raise UnsupportedError("generate() of a multimodal export needs its config (config.json next to the export)")
-    parts = {name: _Component(exported, name) for name in exported.components}
+    parts = {name: Component(exported, name) for name in exported.components}
     lm, head, decode = parts["language_model"], parts["lm_head"], parts["decode"]
 
     input_ids = inputs.pop("input_ids")
@@ -84,7 +85,7 @@ def generate_multimodal(exported: Any, gen: Any, streamer: Any, inputs: dict) ->
     hidden = lm_out.last_hidden_state if hasattr(lm_out, "last_hidden_state") else lm_out[0]
     logits = _run(head, {_only_key(head): hidden[:, -1:, :]})
     # token types the decode graph reads (Gemma3's are a constant None after the prompt)
-    type_ids = {k: inputs.get(k) for k in _TOKEN_TYPES if decode.kwargs.get(k, {}).get("kind") == "tensor"}
+    type_ids = {k: inputs.get(k) for k in _TOKEN_TYPES if decode.metadata.kind_of(k) is KwargKind.TENSOR}
     state = {"cache": getattr(lm_out, lm.cache_key) if lm.cache_key else None}
 
     def step(token: torch.Tensor) -> torch.Tensor:
@@ -101,7 +102,7 @@ def generate_multimodal(exported: Any, gen: Any, streamer: Any, inputs: dict) ->
     return decode_loop(gen, streamer, input_ids, logits, step)
 
 
-def _use_model_masks(exported: Any, lm: _Component, call: dict, embeds: torch.Tensor, mask2d: torch.Tensor,
+def _use_model_masks(exported: Any, lm: Component, call: dict, embeds: torch.Tensor, mask2d: torch.Tensor,
                      inputs: dict) -> None:
     """Put the model class's own prefill masks into ``call`` where the language model takes prepared 4D masks and
     the prompt carries token types (``call`` holds causal-and-padding ones; a static cache's extra slots stay
@@ -152,14 +153,14 @@ def _text_config(config: Any) -> Any:
     return get() if callable(get) else config
 
 
-def _only_key(component: _Component) -> str:
-    keys = [k for k, v in component.kwargs.items() if v.get("kind") not in ("flag", "constant")]
+def _only_key(component: Component) -> str:
+    keys = [k for k, v in component.kwargs.items() if v.fed]
     if len(keys) != 1:
         raise UnsupportedError(f"the {component.name} graph takes {keys}; expected a single tensor input")
     return keys[0]
 
 
-def _run(component: _Component, call: dict) -> Any:
+def _run(component: Component, call: dict) -> Any:
     out = component.runner(**call)
     return out[0] if isinstance(out, list | tuple) else out
 
@@ -171,7 +172,7 @@ def _merge_modalities(config: Any, parts: dict, input_ids: torch.Tensor, embeds:
             continue
         if modality != "image":
             raise UnsupportedError(f"generate() does not merge {modality} features yet")
-        traced = [k for k, v in encoder.kwargs.items() if v.get("kind") not in ("flag", "constant")]
+        traced = [k for k, v in encoder.kwargs.items() if v.fed]
         call = encoder_inputs(config, traced, inputs)
         if not call:
             continue  # a text-only prompt: nothing to merge
@@ -190,7 +191,7 @@ def _merge_modalities(config: Any, parts: dict, input_ids: torch.Tensor, embeds:
     return embeds
 
 
-def _prefill_positions(exported: Any, lm: _Component, input_ids: torch.Tensor, mask2d: torch.Tensor,
+def _prefill_positions(exported: Any, lm: Component, input_ids: torch.Tensor, mask2d: torch.Tensor,
                        inputs: dict) -> torch.Tensor:
     """The prompt's position ids as ``generate()`` builds them: ``[b, s]``, or ``[4, b, s]`` for M-RoPE."""
     text = (mask2d.long().cumsum(-1) - 1).masked_fill(mask2d == 0, 0)

@@ -15,8 +15,8 @@ from typing import Any
 
 import numpy as np
 import torch
-import torch.utils._pytree as pytree
 
+from ..pytrees import register_cache_classes, tensor_leaves
 from .base import traced_kwargs
 
 __all__ = ["traced_kwargs", "flat_feeds", "capture_calibration", "check_quantizers", "calibrate_components"]
@@ -31,11 +31,8 @@ def flat_feeds(sample: Mapping[str, Any], keys: Sequence[str], names: Sequence[s
         names: The converted graph's input names, in order.
         dtypes: The numpy dtype of each input (a leaf of another dtype is cast, as the runners do).
     """
-    from ..capture.caches import register_cache_classes
-
     register_cache_classes()
-    selected = traced_kwargs(sample, keys)
-    leaves = [leaf for leaf in pytree.tree_leaves(selected) if isinstance(leaf, torch.Tensor)]
+    leaves = tensor_leaves(traced_kwargs(sample, keys))
     if len(leaves) != len(names):
         raise ValueError(
             f"a calibration sample flattens to {len(leaves)} tensors but the converted graph takes {len(names)} "
@@ -134,12 +131,11 @@ def calibrate_components(
     generation_config: Any = None,
     multi_token_decode: bool = False,
 ) -> dict[str, Any]:
-    """Per-component configs for ``export_for_generation``: each quantizer checked against ``export_format``, and,
+    """Per-component configs for ``export_for_generation`` (whose quantizers :func:`check_quantizers` checked):
     where one config serves every component and its quantizer has ``generate``-kwargs calibration samples, one
     copy of it per component calibrating on that component's captured forward kwargs."""
     import dataclasses
 
-    check_quantizers(configs, export_format)
     quantizer = getattr(config, "quantizer", None)
     per_component = isinstance(config, Mapping) and "export_format" not in config
     if quantizer is None or per_component or quantizer.calibration_dataset is None:

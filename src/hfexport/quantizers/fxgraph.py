@@ -10,8 +10,9 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-import torch.utils._pytree as pytree
 from torch.export import Dim, ShapesCollection
+
+from ..pytrees import tensor_leaves
 
 __all__ = ["graph_module", "reexport", "traced_keys", "drop_unused_weights", "module_path"]
 
@@ -72,13 +73,12 @@ def _dynamic_shapes(
     program: torch.export.ExportedProgram, module: torch.nn.Module, args: Any, kwargs: dict[str, Any]
 ) -> Any:
     """Mark, on the example inputs' tensors, the dims the program keeps symbolic (``Dim.AUTO``)."""
-    leaves = pytree.tree_leaves((args, kwargs))
     user_inputs = [
         node
         for node in program.graph.nodes
         if node.op == "placeholder" and node.name in set(program.graph_signature.user_inputs)
     ]
-    tensors = [leaf for leaf in leaves if isinstance(leaf, torch.Tensor)]
+    tensors = tensor_leaves((args, kwargs))
     values = [node.meta.get("val") for node in user_inputs]
     values = [v for v in values if isinstance(v, torch.Tensor)]
     if len(tensors) != len(values):

@@ -13,7 +13,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from .registry import patch_attribute, workaround
+from .openvino_convert import rewrite_program_before_convert
+from .registry import workaround
 
 __all__ = ["index_add_as_scatter_add", "decompose_index_add"]
 
@@ -58,15 +59,4 @@ def decompose_index_add(program: Any) -> Any:
     versions={"openvino": ">=2024.0,<2027"},
 )
 def _apply(model: Any, inputs: dict):
-    import openvino
-
-    original = openvino.convert_model
-
-    def convert_model(input_model: Any, *args: Any, **kwargs: Any) -> Any:
-        import torch
-
-        if isinstance(input_model, torch.export.ExportedProgram):
-            input_model = decompose_index_add(input_model)
-        return original(input_model, *args, **kwargs)
-
-    return patch_attribute(openvino, "convert_model", convert_model)
+    return rewrite_program_before_convert(decompose_index_add)

@@ -13,7 +13,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from .registry import patch_attribute, workaround
+from .openvino_convert import rewrite_program_before_convert
+from .registry import workaround
 
 __all__ = ["split_repeated_outputs"]
 
@@ -62,15 +63,8 @@ def split_repeated_outputs(program: Any) -> int:
     versions={"openvino": ">=2024.0,<2027"},
 )
 def _apply(model: Any, inputs: dict):
-    import openvino
+    def rewrite(program: Any) -> Any:
+        split_repeated_outputs(program)
+        return program
 
-    original = openvino.convert_model
-
-    def convert_model(input_model: Any, *args: Any, **kwargs: Any) -> Any:
-        import torch
-
-        if isinstance(input_model, torch.export.ExportedProgram):
-            split_repeated_outputs(input_model)
-        return original(input_model, *args, **kwargs)
-
-    return patch_attribute(openvino, "convert_model", convert_model)
+    return rewrite_program_before_convert(rewrite)

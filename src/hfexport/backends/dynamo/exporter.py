@@ -4,18 +4,17 @@ from __future__ import annotations
 
 import copy
 import warnings
-from collections.abc import Mapping, MutableMapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from ...capture.caches import register_cache_classes
+from ...pytrees import register_cache_classes
 from . import shared_weights
 from .safety import check_archive, example_inputs_are_safe, safe_globals
 from ...configs import DynamoConfig, ExportFormat
 from ...exporter import HfExporter
-from ...metadata import ExportMetadata
 
 __all__ = ["DynamoExporter"]
 
@@ -32,16 +31,6 @@ class DynamoExporter(HfExporter):
 
     export_format = ExportFormat.DYNAMO
     config_class = DynamoConfig
-
-    def export_program(
-        self, model: torch.nn.Module, sample_inputs: MutableMapping[str, Any], config: DynamoConfig
-    ) -> tuple[torch.export.ExportedProgram, ExportMetadata]:
-        quantizer = getattr(config, "quantizer", None)
-        transform = None
-        if quantizer is not None:
-            quantizer.validate_environment(self.export_format)
-            transform = lambda program: quantizer.quantize(program, sample_inputs, self.export_format)  # noqa: E731
-        return self.trace(model, sample_inputs, config, transform=transform)
 
     def program_suffix(self) -> str:
         return ".pt2"

@@ -9,10 +9,10 @@ from typing import Any
 import torch
 import torch.utils._pytree as pytree
 
-from ...capture.caches import is_cache, tensor_leaves
 from ...configs import ExportFormat
 from ...errors import UnsupportedError
 from ...metadata import ExportMetadata
+from ...pytrees import is_cache, tensor_leaves
 from ...runner import ModelRunner, torch_dtype
 
 __all__ = ["DynamoRunner"]

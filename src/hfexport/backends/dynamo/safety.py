@@ -27,8 +27,8 @@ from typing import Any
 
 import torch
 
-from ...capture.caches import serialization_safe_classes
 from ...errors import ManifestError
+from ...pytrees import serialization_safe_classes
 from .graph_safety import graph_problems
 
 __all__ = ["safe_globals", "check_archive", "example_inputs_are_safe"]

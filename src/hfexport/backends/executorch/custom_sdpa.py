@@ -28,7 +28,8 @@ from typing import Any
 
 import torch
 
-from ...capture.caches import is_cache
+from ...metadata import LeafRole
+from ...pytrees import is_cache
 
 __all__ = [
     "CUSTOM_OPS_STATE", "CustomOpsUnsupported", "custom_ops_unsupported", "llama_custom_ops", "record_state_layout",
@@ -40,7 +41,7 @@ STATE_LAYOUT = "bshd"
 # the cache leaves kept in the program: the write counters too (to_executorch, executorch 1.5.1, numbers the outputs
 # wrongly when a user input is updated beside a buffer written by llama::update_cache: the counters' outputs came
 # back as the last layer's cache buffers)
-CUSTOM_OPS_STATE = ("keys", "values", "cumulative_length")
+CUSTOM_OPS_STATE = (LeafRole.KEYS, LeafRole.VALUES, LeafRole.COUNTER)
 # attention kwargs the kernels cannot honour when set (transformers passes them through **kwargs)
 _UNEXPRESSIBLE = ("sliding_window", "softcap", "s_aux", "sinks", "head_mask", "layer_head_mask", "position_bias")
 
@@ -182,11 +183,10 @@ def llama_custom_ops(inputs: Mapping[str, Any]) -> Iterator[dict[str, Any]]:
 
 def record_state_layout(metadata: Any) -> None:
     """Describe the cache the caller passes ([batch, heads, seq, dim], as traced: [batch, seq, heads, dim]) and mark
-    the program's layout, in place: ``metadata.kwargs[cache]["state_layout"] = "bshd"``."""
-    key = next(k for k, v in metadata.kwargs.items() if v.get("kind") == "cache")
-    metadata.kwargs[key]["state_layout"] = STATE_LAYOUT
-    for spec in metadata.inputs:
-        if spec.name.startswith(f"{key}.") and spec.name.rsplit(".", 1)[-1] in ("keys", "values"):
+    the program's layout, in place: ``metadata.kwargs[cache].state_layout = "bshd"``."""
+    metadata.kwargs[metadata.cache_kwarg].state_layout = STATE_LAYOUT
+    for spec in metadata.cache_leaves():
+        if spec.cache.role in (LeafRole.KEYS, LeafRole.VALUES):
             spec.shape = _swap(spec.shape)
             spec.example_shape = _swap(spec.example_shape) if spec.example_shape else spec.example_shape
 

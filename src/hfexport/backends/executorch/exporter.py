@@ -3,9 +3,9 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import shutil
-import time
 from collections.abc import Mapping, MutableMapping
 from pathlib import Path
 from typing import Any
@@ -14,7 +14,8 @@ import torch
 
 from ...configs import ExecutorchConfig, ExportFormat
 from ...exporter import HfExporter
-from ...metadata import ExportMetadata
+from ...stages import ExportStep
+from ...metadata import ExportMetadata, LeafRole
 from .custom_sdpa import (
     CUSTOM_OPS_STATE, CustomOpsUnsupported, custom_ops_unsupported, llama_custom_ops, record_state_layout,
 )
@@ -47,62 +48,48 @@ class ExecutorchExporter(HfExporter):
     required_packages = {"executorch": "1.0", "torchao": "0.10"}
     package_extra = "executorch"
 
-    def __init__(self) -> None:
-        #: seconds per phase (trace, to_edge_and_lower, to_executorch) of each program this exporter lowered
-        self.phase_timings: list[dict[str, float]] = []
+    trace_packages = ("executorch", "torchao")
 
     def export_program(
         self, model: torch.nn.Module, sample_inputs: MutableMapping[str, Any], config: ExecutorchConfig
     ) -> tuple[Any, ExportMetadata]:
+        """The template's stages, first with the llama custom ops (a static cache kept as state, its attention by
+        ``llama::custom_sdpa``), and without them when an attention call cannot be expressed by those kernels."""
         target = target_for(config.backend)
-        target.check(model, sample_inputs)
+        target.check(model, sample_inputs)  # this machine can lower for it, and the inputs suit it
         # a cache kept as state is a buffer of fixed size: its dims stay static (and a static cache's always do)
         stateful = keeps_cache_state(config, sample_inputs)
-        external = config.backend == "xnnpack" and has_tied_weights(model)  # a tied weight stored once, in a .ptd
-        quantizer = config.quantizer
-        if quantizer is not None:
-            quantizer.validate_environment(self.export_format)
-        lowered: list[Any] = []
-        folded: list[FoldedState | None] = []
-        timings: dict[str, float] = {}
-        start = time.perf_counter()
-
-        def convert(program: torch.export.ExportedProgram) -> torch.export.ExportedProgram:
-            # inside the trace's workaround scope: the ExecuTorch workarounds (e.g. MoE experts) still hold
-            if quantizer is not None:
-                program = quantizer.quantize(program, sample_inputs, self.export_format)
-            timings["trace"] = time.perf_counter() - start
-            kept, state = fold_cache_state(program, sample_inputs, *leaves) if stateful else (program, None)
-            folded.append(state)
-            lowered.append(lower(kept, config, target, model, timings, external=external))
-            return program
-
+        plan = _Plan(target, stateful, external=config.backend == "xnnpack" and has_tied_weights(model))
         reason = custom_ops_unsupported(model, sample_inputs, config) if stateful else "the cache is not kept as state"
-        metadata = None
-        leaves: list[tuple[str, ...]] = []
         if reason is None:
             try:
-                leaves.append(CUSTOM_OPS_STATE)
                 with llama_custom_ops(sample_inputs) as traced:
-                    _, metadata = self.trace(model, _contiguous(traced), config, packages=_PACKAGES, transform=convert,
-                                             static_caches=stateful)
-                record_state_layout(metadata)
+                    custom = dataclasses.replace(plan, state_leaves=CUSTOM_OPS_STATE)
+                    return self.export_stages(model, _contiguous(traced), config, plan=custom, static_caches=stateful)
             except Exception as e:  # noqa: BLE001 - only an attention the kernels cannot express falls back
                 unsupported = _cause(e, CustomOpsUnsupported)
                 if unsupported is None:
                     raise
-                reason, metadata = str(unsupported), None
-                lowered.clear()
-                folded.clear()
-                leaves.clear()
-                start = time.perf_counter()
-        if metadata is None:
-            logger.info("ExecuTorch: SDPA attention over the whole cache (no llama custom ops: %s)", reason)
-            _, metadata = self.trace(model, _contiguous(sample_inputs), config, packages=_PACKAGES, transform=convert,
-                                     static_caches=stateful)
-        record_program_outputs(lowered[0], metadata, state=folded[0])
-        self.phase_timings.append(timings)
-        return lowered[0], metadata
+                reason = str(unsupported)
+        logger.info("ExecuTorch: SDPA attention over the whole cache (no llama custom ops: %s)", reason)
+        return self.export_stages(model, _contiguous(sample_inputs), config, plan=plan, static_caches=stateful)
+
+    def lower(self, program: torch.export.ExportedProgram, metadata: ExportMetadata, step: ExportStep) -> Any:
+        """Fold a static cache into state (when kept as state), then ``to_edge_transform_and_lower`` and
+        ``to_executorch`` (inside the workaround scope: the ExecuTorch workarounds, e.g. MoE experts, still hold)."""
+        plan: _Plan = step.plan
+        folded = None
+        if plan.stateful:
+            program, folded = fold_cache_state(program, metadata, *plan.leaves())
+        manager = lower(program, step.config, plan.target, step.model, step.parts, external=plan.external)
+        return _Lowered(manager, folded)
+
+    def finish(self, lowered: Any, metadata: ExportMetadata, step: ExportStep) -> Any:
+        """The program's outputs (and, on the custom-op path, the cache layout it keeps) written into the metadata."""
+        if step.plan.state_leaves is not None:
+            record_state_layout(metadata)
+        record_program_outputs(lowered.manager, metadata, state=lowered.folded)
+        return lowered.manager
 
     # --- files --------------------------------------------------------------------------------------------------
 
@@ -151,6 +138,26 @@ class ExecutorchExporter(HfExporter):
         )
         program.hfexport_path = str(path)
         return program
+
+
+@dataclasses.dataclass(frozen=True)
+class _Plan:
+    """What an export decided before tracing: the lowering target, whether the static cache is kept as state (and
+    which of its leaves) and whether the weights go to a ``.ptd``."""
+
+    target: Any
+    stateful: bool
+    external: bool
+    state_leaves: tuple[LeafRole, ...] | None = None  # None: fold_cache_state's default leaves
+
+    def leaves(self) -> tuple[tuple[LeafRole, ...], ...]:
+        return () if self.state_leaves is None else (self.state_leaves,)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Lowered:
+    manager: Any
+    folded: FoldedState | None
 
 
 def _cause(error: BaseException, kind: type) -> BaseException | None:

@@ -35,7 +35,7 @@ import torch.utils._pytree as pytree
 
 from ...configs import ExportFormat
 from ...errors import UnsupportedError
-from ...metadata import ExportMetadata, IORole
+from ...metadata import ExportMetadata, IORole, LeafRole
 from ...runner import ModelRunner, torch_single_thread
 from .custom_sdpa import register_llama_kernels
 
@@ -174,13 +174,14 @@ class ExecutorchRunner(ModelRunner):
         # cache tensors kept as mutable buffers: input index -> buffer name; the other inputs are fed
         self._state = {i: s.target for i, s in enumerate(metadata.inputs) if s.role is IORole.STATE}
         self._fed = [i for i, s in enumerate(metadata.inputs) if s.role is not IORole.STATE]
-        self._cache_key = next((k for k, v in metadata.kwargs.items() if v.get("kind") == "cache"), None)
+        self._cache_key = metadata.cache_kwarg
         # "bshd": the program keeps each cache tensor as [batch, seq, heads, dim] (the llama custom ops' layout,
         # see .custom_sdpa), the caller's cache is [batch, heads, seq, dim]
-        self._bshd = self._cache_key is not None and metadata.kwargs[self._cache_key].get("state_layout") == "bshd"
+        self._bshd = self._cache_key is not None and metadata.kwargs[self._cache_key].state_layout == "bshd"
         # write counters kept in the program too (the custom-op path): copied back into the caller's cache after
         # each call, so its counters follow the program's as on the other paths
-        self._counters = [i for i in self._state if metadata.inputs[i].name.endswith(".cumulative_length")]
+        self._counters = [i for i in self._state if metadata.inputs[i].cache is not None
+                          and metadata.inputs[i].cache.role is LeafRole.COUNTER]
         self._counter_buffers: list[torch.Tensor] | None = None
         self._with_handle = self._plan_handle_output() if self._state else None
         self._constant_slots = self._plan_constant_slots()

@@ -33,11 +33,12 @@ from torch.export.graph_signature import (
     TensorArgument,
 )
 
-from ...capture.caches import is_cache
+from ...metadata import ExportMetadata, LeafRole
+from ...pytrees import is_cache
 
 __all__ = ["FoldedState", "fold_cache_state", "keeps_cache_state"]
 
-_STATE_LEAVES = ("keys", "values")
+_STATE_LEAVES = (LeafRole.KEYS, LeafRole.VALUES)
 
 
 def keeps_cache_state(config: Any, inputs: Mapping[str, Any]) -> bool:
@@ -59,25 +60,25 @@ class FoldedState:
 
 
 def fold_cache_state(
-    program: torch.export.ExportedProgram, inputs: Mapping[str, Any], leaves: tuple[str, ...] = _STATE_LEAVES
+    program: torch.export.ExportedProgram, metadata: ExportMetadata, leaves: tuple[LeafRole, ...] = _STATE_LEAVES
 ) -> tuple[torch.export.ExportedProgram, FoldedState | None]:
     """A copy of ``program`` whose static-cache keys/values inputs (updated in place) are mutable buffers, and what
-    was folded; ``(program, None)`` when there is nothing to fold. ``leaves``: the cache leaves folded (the write
-    counters too on the custom-op path: ``to_executorch`` misnumbers a user-input mutation beside a buffer updated by
-    ``llama::update_cache``, see .custom_sdpa)."""
-    caches = {k for k, v in inputs.items() if is_cache(v)}
+    was folded; ``(program, None)`` when there is nothing to fold. ``leaves``: the roles of the cache leaves folded
+    (the write counters too on the custom-op path: ``to_executorch`` misnumbers a user-input mutation beside a buffer
+    updated by ``llama::update_cache``, see .custom_sdpa); each input's role is the one ``metadata`` recorded."""
     signature = program.graph_signature
     user_specs = [s for s in signature.input_specs if s.kind == InputKind.USER_INPUT]
-    mutated = {s.target: s.arg.name for s in signature.output_specs if s.kind == OutputKind.USER_INPUT_MUTATION}
-    # torch.export names a cache leaf's placeholder after its path: past_key_values_layers_0_keys
-    in_cache = [isinstance(s.arg, TensorArgument) and any(s.arg.name.startswith(f"{k}_") for k in caches)
-                for s in user_specs]
+    tensors = [i for i, s in enumerate(user_specs) if isinstance(s.arg, TensorArgument)]
+    if len(tensors) != len(metadata.inputs):
+        raise ValueError(f"the program takes {len(tensors)} tensor inputs, its metadata lists {len(metadata.inputs)}")
+    places = dict(zip(tensors, (s.cache for s in metadata.inputs)))
+    in_cache = [places.get(i) is not None for i in range(len(user_specs))]
     folded: dict[int, str] = {}
-    for index, spec in enumerate(user_specs):
+    for index, place in places.items():
         # torch.export keeps the cache write as an in-place op (index_copy_) on the placeholder; a functionalised
         # program lists it as a USER_INPUT_MUTATION instead
-        if in_cache[index] and any(spec.arg.name.endswith(f"_{leaf}") for leaf in leaves):
-            folded[index] = spec.arg.name
+        if place is not None and place.role in leaves:
+            folded[index] = user_specs[index].arg.name
     if not folded:
         return program, None
 

@@ -14,8 +14,8 @@ from typing import Any
 
 import torch
 
-from ...capture.caches import is_cache
 from ...errors import UnsupportedError
+from ...pytrees import is_cache
 
 __all__ = ["Target", "target_for"]
 

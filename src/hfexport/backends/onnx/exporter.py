@@ -12,6 +12,7 @@ import torch
 
 from ...configs import ExportFormat, OnnxConfig
 from ...exporter import HfExporter
+from ...stages import ExportStep
 from ...metadata import ExportMetadata
 from . import storage
 from .convert import name_graph_io, opset_scope, to_onnx
@@ -19,9 +20,6 @@ from .convert import name_graph_io, opset_scope, to_onnx
 __all__ = ["OnnxExporter"]
 
 logger = logging.getLogger(__name__)
-
-_PACKAGES = ("onnx", "onnxscript", "onnx-ir", "onnxruntime")
-
 
 class OnnxExporter(HfExporter):
     """Exporter that converts a ``PreTrainedModel`` to an ONNX graph (an ``onnx_ir.Model``), run on ONNX Runtime.
@@ -40,49 +38,48 @@ class OnnxExporter(HfExporter):
     required_packages = {"onnx": "1.18", "onnxscript": "0.5", "onnx-ir": "0.1.12", "onnxruntime": "1.23"}
     package_extra = "onnx"
 
+    trace_packages = ("onnx", "onnxscript", "onnx-ir", "onnxruntime")
+
     def export_program(
         self, model: torch.nn.Module, sample_inputs: MutableMapping[str, Any], config: OnnxConfig
     ) -> tuple[Any, ExportMetadata]:
-        quantizer = config.quantizer
-        if quantizer is not None:
-            quantizer.validate_environment(self.export_format)
-        converted: list[Any] = []
+        with opset_scope(config.opset_version):  # the opset torch.onnx's translations are registered for
+            return self.export_stages(model, sample_inputs, config)
 
-        def convert(program: torch.export.ExportedProgram) -> torch.export.ExportedProgram:
-            # runs inside the trace's workaround scope, so that the ONNX workarounds (patches of torch.onnx) apply
-            if quantizer is not None and quantizer.quantizes_fx_graph:
-                program = quantizer.quantize(program, sample_inputs, self.export_format)
-            start = time.perf_counter()
-            converted.append(to_onnx(program, config.opset_version))
-            logger.info("torch.onnx.export: %.1fs", time.perf_counter() - start)
-            return program
+    def lower(self, program: torch.export.ExportedProgram, metadata: ExportMetadata, step: ExportStep) -> Any:
+        """``torch.onnx.export`` of the traced program (inside the workaround scope: the ONNX workarounds patch
+        torch.onnx)."""
+        start = time.perf_counter()
+        converted = to_onnx(program, step.config.opset_version)
+        logger.info("torch.onnx.export: %.1fs", time.perf_counter() - start)
+        return converted
 
-        with opset_scope(config.opset_version):
-            _, metadata = self.trace(model, sample_inputs, config, packages=_PACKAGES, transform=convert)
-        onnx_model = self.finish(converted[0], metadata, config)
-        if quantizer is not None and not quantizer.quantizes_fx_graph:
-            onnx_model = quantizer.quantize(onnx_model, sample_inputs, self.export_format)
-        return onnx_model, metadata
-
-    def finish(self, model: Any, metadata: ExportMetadata, config: OnnxConfig) -> Any:
-        """Optimise (and, with ``ort_fusions``, fuse) a converted graph, then name its I/O from the signature."""
+    def finish(self, lowered: Any, metadata: ExportMetadata, step: ExportStep) -> Any:
+        """Optimise (and, with ``ort_fusions``, fuse) the converted graph, name its I/O from the signature, then
+        quantize it with a quantizer that works on ONNX graphs."""
+        config = step.config
         timings = {}
         if config.optimize:
             from .optimize import optimize
 
             start = time.perf_counter()
-            optimize(model)
+            optimize(lowered)
             timings["optimize"] = time.perf_counter() - start
         if config.ort_fusions:
             from .fusions import fuse_for_onnxruntime
 
             start = time.perf_counter()
-            fuse_for_onnxruntime(model, config.ort_fusions)
+            fuse_for_onnxruntime(lowered, config.ort_fusions)
             timings["fuse"] = time.perf_counter() - start
-        name_graph_io(model, metadata)
+        name_graph_io(lowered, metadata)
         if timings:
             logger.info("ONNX graph passes: %s", ", ".join(f"{k} {v:.1f}s" for k, v in timings.items()))
-        return model
+        start = time.perf_counter()
+        quantized = self.quantize_lowered(lowered, step)
+        if quantized is not lowered:
+            timings["quantize"] = time.perf_counter() - start
+        step.parts.update(timings)
+        return quantized
 
     # --- files --------------------------------------------------------------------------------------------------
 

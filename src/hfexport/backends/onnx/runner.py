@@ -24,7 +24,7 @@ import torch.utils._pytree as pytree
 
 from ...configs import ExportFormat
 from ...errors import UnsupportedError
-from ...metadata import ExportMetadata
+from ...metadata import ExportMetadata, IORole
 from ...runner import ModelRunner
 from .inplace import safe_in_place_pairs
 from .names import in_place_pairs, io_names
@@ -84,7 +84,7 @@ class OnnxRunner(ModelRunner):
         self._bound_in_place = safe_in_place_pairs(program, self._updates, self._in_names, self._out_names)
         self._local = threading.local()  # per thread: .binding and .bound (see _thread_binding)
         self._device_type, self._device_id = self.device.type, self.device.index or 0
-        self._cache_key = next((k for k, v in metadata.kwargs.items() if v.get("kind") == "cache"), None)
+        self._cache_key = metadata.cache_kwarg
         self._same_cache = self._plan_same_cache_output()
 
     @property
@@ -198,9 +198,8 @@ class OnnxRunner(ModelRunner):
         children = spec.children()
         start = sum(child.num_leaves for child in children[:position])
         count = children[position].num_leaves
-        prefix = f"{key}."
         user = self.metadata.user_outputs
-        cache_outputs = [i for i, s in enumerate(user) if s.name.startswith(prefix)]
+        cache_outputs = [i for i, s in enumerate(user) if s.role is IORole.CACHE_OUTPUT]
         if len(cache_outputs) != count or set(cache_outputs) != set(self._updates) or self._out_constants:
             return None
         reduced = pytree.TreeSpec(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Mapping, MutableMapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -12,14 +12,12 @@ import torch
 
 from ...configs import ExportFormat, OpenVINOConfig
 from ...exporter import HfExporter
+from ...stages import ExportStep
 from ...metadata import ExportMetadata
 
 __all__ = ["OpenVINOExporter"]
 
 logger = logging.getLogger(__name__)
-
-_PACKAGES = ("openvino",)
-
 
 class OpenVINOExporter(HfExporter):
     """Exporter that converts a ``PreTrainedModel`` to OpenVINO IR (an ``openvino.Model``), run on OpenVINO Runtime.
@@ -41,40 +39,27 @@ class OpenVINOExporter(HfExporter):
     package_extra = "openvino"
     program_filename = "openvino_model"
 
-    def export_program(
-        self, model: torch.nn.Module, sample_inputs: MutableMapping[str, Any], config: OpenVINOConfig
-    ) -> tuple[Any, ExportMetadata]:
-        quantizer = config.quantizer
-        if quantizer is not None:
-            quantizer.validate_environment(self.export_format)
+    trace_packages = ("openvino",)
+
+    def lower(self, program: torch.export.ExportedProgram, metadata: ExportMetadata, step: ExportStep) -> Any:
+        """``openvino.convert_model`` of the traced program (inside the workaround scope: the OpenVINO workarounds
+        wrap convert_model), its ports named from the signature."""
         from .convert import convert, name_ports
 
-        converted: list[Any] = []
+        start = time.perf_counter()
+        converted = convert(program)
+        logger.info("openvino.convert_model: %.1fs", time.perf_counter() - start)
+        return name_ports(converted, metadata)
 
-        def to_openvino(program: torch.export.ExportedProgram) -> torch.export.ExportedProgram:
-            # runs inside the trace's workaround scope, so that the OpenVINO workarounds (around convert_model) apply
-            if quantizer is not None and quantizer.quantizes_fx_graph:
-                program = quantizer.quantize(program, sample_inputs, self.export_format)
-            elif quantizer is not None:
-                quantizer.read_program(program)  # what only the program knows (each op's module), for quantize()
-            start = time.perf_counter()
-            converted.append(convert(program))
-            logger.info("openvino.convert_model: %.1fs", time.perf_counter() - start)
-            return program
-
-        _, metadata = self.trace(model, sample_inputs, config, packages=_PACKAGES, transform=to_openvino)
-        ov_model = name_ports(converted[0], metadata)
-        if quantizer is not None and not quantizer.quantizes_fx_graph:
-            ov_model = quantizer.quantize(ov_model, sample_inputs, self.export_format)
-        return self.finish(ov_model, metadata, config), metadata
-
-    def finish(self, model: Any, metadata: ExportMetadata, config: OpenVINOConfig) -> Any:
-        """Compress weights to fp16 (``compress_to_fp16``) and fold state into variables (``stateful``)."""
-        if config.compress_to_fp16:
+    def finish(self, lowered: Any, metadata: ExportMetadata, step: ExportStep) -> Any:
+        """Quantize with a quantizer that works on OpenVINO models (NNCF), compress weights to fp16
+        (``compress_to_fp16``) and fold state into variables (``stateful``)."""
+        model = self.quantize_lowered(lowered, step)
+        if step.config.compress_to_fp16:
             from openvino._offline_transformations import compress_model_transformation
 
             compress_model_transformation(model)
-        if config.stateful:
+        if step.config.stateful:
             from .stateful import make_stateful
 
             make_stateful(model, metadata)

@@ -123,7 +123,7 @@ class OpenVINORunner(ModelRunner):
             raise UnsupportedError(f"the OpenVINO model returns {len(got)} outputs, its metadata expects {kept}")
         self._batch_input = next((i for i, s in enumerate(metadata.inputs) if s.role.value == "input" and s.shape), 0)
         self._state_inputs = {position[name]: variable_id(name, out) for name, out in self._pairs.items()}
-        self._cache_key = next((k for k, v in metadata.kwargs.items() if v.get("kind") == "cache"), None)
+        self._cache_key = metadata.cache_kwarg
         self._with_handle = self._plan_handle_output() if self._pairs else None
 
     @classmethod

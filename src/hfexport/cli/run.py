@@ -20,8 +20,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .errors import HfExportError, UnsupportedError
-from .generation.streamers import TimingStreamer
+from ..errors import HfExportError, UnsupportedError
+from ..generation.streamers import TimingStreamer
 
 __all__ = ["add_run_parser", "cmd_run", "TimingStreamer", "main"]
 
@@ -121,7 +121,7 @@ def run(directory: Path, prompt: str, *, chat: bool = False, generation: dict[st
     """Load ``directory``, generate for ``prompt``, and return the text, the token ids and the timings."""
     import torch
 
-    from .exported import ExportedModel
+    from ..exported import ExportedModel
 
     directory = Path(directory)
     if not directory.is_dir():
@@ -179,7 +179,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m hfexport.run_cli DIR --prompt ...``: the ``run`` subcommand on its own (``run`` may be omitted)."""
+    """``python -m hfexport.cli.run DIR --prompt ...``: the ``run`` subcommand on its own (``run`` may be omitted)."""
     parser = argparse.ArgumentParser(prog="hfexport")
     add_run_parser(parser.add_subparsers(dest="command", required=True))
     argv = list(sys.argv[1:] if argv is None else argv)

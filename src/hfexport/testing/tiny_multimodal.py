@@ -1,8 +1,8 @@
 """Tiny vision, audio and image-text-to-text test models, plus shared helpers.
 
-This module is a leaf (it imports nothing from :mod:`hfexport.models.tiny`), so it
+This module is a leaf (it imports nothing from :mod:`hfexport.testing.tiny`), so it
 also hosts the helpers both modules use: the token-id convention, seeded model
-instantiation and seeded text batches. :mod:`hfexport.models.tiny` turns
+instantiation and seeded text batches. :mod:`hfexport.testing.tiny` turns
 :data:`MULTIMODAL_SPECS` into ``TinyCase`` entries of its ``TINY_CASES`` registry.
 
 Token ids: ``pad=0``, ``bos=1``, ``eos=2``; ordinary text ids are drawn from

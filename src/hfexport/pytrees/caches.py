@@ -1,9 +1,7 @@
-"""Pytree registration of transformers' cache classes, so caches travel through ``torch.export`` as inputs/outputs.
-
-A cache flattens to its tensors, each under a readable key path (``layers[0].keys``, ``layers[1].conv_states[0]``),
-and a context that is plain JSON: the class path and every non-tensor attribute. Contexts are JSON so that the
-tree specs serialise with ``treespec_dumps`` and reload with no pickle, and unflattening rebuilds the exact class
-without the model config. Only classes from ``transformers`` (and this package) are ever rebuilt from a context.
+"""transformers' caches as pytree nodes: a cache flattens to its tensors, each under a readable key path
+(``layers.0.keys``), and a context that is plain JSON (the class path and every non-tensor attribute), so that tree
+specs serialise with ``treespec_dumps`` and reload with no pickle, and unflattening rebuilds the exact class without
+the model config. Only classes from ``transformers`` (and this package) are ever rebuilt from a context.
 """
 
 from __future__ import annotations
@@ -16,11 +14,21 @@ from typing import Any
 import torch
 import torch.utils._pytree as pytree
 
-__all__ = ["register_pytree_node", "register_cache_classes", "is_cache", "cache_class_paths", "tensor_leaves"]
+__all__ = [
+    "cache_leaf_owners",
+    "register_pytree_node",
+    "register_cache_classes",
+    "ensure_registered",
+    "cache_class_paths",
+    "context_slot_names",
+    "serialization_safe_classes",
+    "is_cache",
+]
 
 _ALLOWED_MODULE_PREFIXES = ("transformers.", "hfexport.")
 _lock = threading.Lock()
 _registered: set[type] = set()
+_ours: set[type] = set()  # registered here, with this module's flatten (not by transformers or a user)
 _safe: set[type] = set()
 
 
@@ -55,7 +63,7 @@ def _class_from_path(path: str) -> type:
 # {"list": [...]}; {"tuple": [...]}; {"dict": [[key, value], ...]} (keys may be ints); plain JSON scalars as is.
 
 
-def _join(path: str, key: Any) -> str:
+def join_name(path: str, key: Any) -> str:
     return f"{path}.{key}" if path else str(key)
 
 
@@ -78,14 +86,14 @@ def _encode(value: Any, tensors: list, keys: list, path: str) -> Any:
         return {"device": str(value)}
     if isinstance(value, list | tuple):
         tag = "list" if isinstance(value, list) else "tuple"
-        return {tag: [_encode(v, tensors, keys, _join(path, i)) for i, v in enumerate(value)]}
+        return {tag: [_encode(v, tensors, keys, join_name(path, i)) for i, v in enumerate(value)]}
     if isinstance(value, dict):
-        return {"dict": [[k, _encode(v, tensors, keys, _join(path, k))] for k, v in value.items()]}
+        return {"dict": [[k, _encode(v, tensors, keys, join_name(path, k))] for k, v in value.items()]}
     if inspect.isclass(value) and _class_path(value).startswith(_ALLOWED_MODULE_PREFIXES):
         return {"cls": _class_path(value)}
     if hasattr(value, "__dict__") and _class_path(type(value)).startswith(_ALLOWED_MODULE_PREFIXES):
         attrs = {
-            name: _encode(v, tensors, keys, _join(path, name))
+            name: _encode(v, tensors, keys, join_name(path, name))
             for name, v in vars(value).items()
             if not callable(v) or inspect.isclass(v)
         }
@@ -146,9 +154,9 @@ def _flatten_with_keys(obj: Any) -> tuple[list[tuple[Any, torch.Tensor]], Any]:
     return [(pytree.MappingKey(k), t) for k, t in zip(keys, tensors)], context
 
 
-def tensor_leaves(obj: Any) -> list[torch.Tensor]:
-    """The tensors a registered cache flattens to, in the same order as its pytree leaves, without building the
-    context: a fast path for runners that flatten the same kind of cache at every step."""
+def cache_tensors(obj: Any) -> list[torch.Tensor]:
+    """The tensors a cache flattens to (:func:`_flatten_with_keys`, the same walk), in the same order, without
+    building the context: the fast path of :func:`tensor_leaves`, for runners that flatten a cache at every step."""
     out: list[torch.Tensor] = []
 
     def collect(value: Any) -> None:
@@ -173,6 +181,36 @@ def tensor_leaves(obj: Any) -> list[torch.Tensor]:
                     collect(v)
 
     collect(obj)
+    return out
+
+
+def cache_leaf_owners(obj: Any) -> list[tuple[tuple[Any, ...], tuple[tuple[tuple[Any, ...], Any], ...]]]:
+    """For each tensor a cache flattens to (the order of :func:`_flatten_with_keys`): its path of attribute names,
+    indices and keys from the cache, and the objects along that path as ``(path to it, object)`` (the cache first,
+    the tensor's holder last). What the signature reads, at trace time, to say where in the cache each leaf sits
+    (its layer, its sub-cache)."""
+    out: list[tuple[tuple[Any, ...], tuple[tuple[tuple[Any, ...], Any], ...]]] = []
+
+    def visit(value: Any, path: tuple[Any, ...], owners: tuple[tuple[tuple[Any, ...], Any], ...]) -> None:
+        if isinstance(value, torch.Tensor | torch.SymInt):
+            out.append((path, owners))
+        elif isinstance(value, list | tuple):
+            for i, v in enumerate(value):
+                visit(v, (*path, i), owners)
+        elif isinstance(value, dict):
+            for k, v in value.items():
+                visit(v, (*path, k), owners)
+        elif (
+            value is not None
+            and not isinstance(value, bool | int | float | str | torch.dtype | torch.device)
+            and not inspect.isclass(value)
+            and hasattr(value, "__dict__")
+        ):
+            for name, v in vars(value).items():
+                if not callable(v) or inspect.isclass(v):
+                    visit(v, (*path, name), (*owners, (path, value)))
+
+    visit(obj, (), ())
     return out
 
 
@@ -238,6 +276,7 @@ def register_pytree_node(object_cls: type) -> None:
             flatten_with_keys_fn=_flatten_with_keys,
         )
         _registered.add(object_cls)
+        _ours.add(object_cls)
 
 
 def serialization_safe_classes() -> list[type]:
@@ -307,3 +346,15 @@ def ensure_registered(type_paths: list[str]) -> None:
             continue
         if isinstance(cls, type) and is_cache(cls):
             register_pytree_node(cls)
+
+
+# --- leaf names and the walkers over them -------------------------------------------------------------------------
+
+
+def reads_as_cache(value: Any) -> bool:
+    """Whether :func:`tensor_leaves` reads ``value`` through :func:`cache_tensors`: a cache this module registered
+    (the same tensors as its pytree flatten), or one nobody registered yet (read the way it will flatten)."""
+    cls = type(value)
+    if cls in _ours:
+        return True
+    return cls not in pytree.SUPPORTED_NODES and not isinstance(value, torch.Tensor) and is_cache(value)

@@ -11,7 +11,7 @@ float32, with ``attn_implementation="sdpa"`` where the class supports it.
 Text cases share one token-id convention: ``pad=0``, ``bos=1``, ``eos=2``, and
 sampled input ids are drawn from ``[3, 248)`` (ids 248-255 are reserved for
 multimodal placeholders), so special tokens never appear by accident. Vision,
-audio and image-text-to-text cases live in :mod:`hfexport.models.tiny_multimodal`
+audio and image-text-to-text cases live in :mod:`hfexport.testing.tiny_multimodal`
 and are merged into :data:`TINY_CASES`.
 """
 

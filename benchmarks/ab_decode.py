@@ -1,0 +1,134 @@
+"""Decode speed of two hfexport trees side by side, in one run: a refactor must not slow generation down.
+
+``python benchmarks/ab_decode.py --before REV`` checks ``REV`` out into a temporary git worktree and, for each
+backend's recommended recipe (the first row of benchmarks/RESULTS.md), exports SmolLM2-135M once with each tree's
+own code (each in a child process whose ``sys.path`` holds only that tree's ``src``), then times greedy decode of the
+saved exports in interleaved rounds (before, after, before, after, ...), each round in a fresh child that loads the
+export, warms it up and times ``generate``. Prints tok/s per backend and tree (best and all rounds), the ratio, and
+whether both trees produced the same tokens. The machine's load average is printed at the start and the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
+PROMPT = "Once upon a time, in a small village at the edge of a great forest, there lived"
+BACKENDS = ("dynamo", "onnx", "openvino", "executorch")
+
+# the child: run with one tree's src first on sys.path; prints one JSON line
+CHILD = r'''
+import json, sys, time, copy
+import torch
+mode, backend, out, new_tokens = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+try:
+    from hfexport.testing.packaged import packaged
+except ImportError:  # the tree before the testing/ package
+    from hfexport.models.packaged import packaged
+import hfexport
+model, tokenizer = packaged("smollm2")
+prompt = "%s"
+if mode == "export":
+    gen = copy.deepcopy(model.generation_config)
+    gen.cache_implementation, gen.max_cache_len, gen.do_sample = "static", 256, False
+    sample = dict(tokenizer(["Hello, world!"], return_tensors="pt"))
+    if backend == "dynamo":
+        from hfexport.exporter_dynamo import DynamoExporter as E, DynamoConfig as C
+        config = C(dynamic=True)
+    elif backend == "onnx":
+        from hfexport.exporter_onnx import OnnxExporter as E, OnnxConfig as C
+        config = C(dynamic=True, ort_fusions="cpu")
+    elif backend == "openvino":
+        from hfexport.exporter_openvino import OpenVINOExporter as E, OpenVINOConfig as C
+        config = C(dynamic=True)
+    else:
+        from hfexport.exporter_executorch import ExecutorchExporter as E, ExecutorchConfig as C
+        config = C(dynamic=True)
+    start = time.perf_counter()
+    exported = E().export_for_generation(model, sample, config, generation_config=gen, multi_token_decode=True)
+    exported.save_pretrained(out)
+    print(json.dumps({"export_s": time.perf_counter() - start, "src": hfexport.__file__}))
+else:
+    exported = hfexport.ExportedModel.from_pretrained(out)
+    inputs = dict(tokenizer(prompt, return_tensors="pt"))
+    exported.generate(**inputs, max_new_tokens=8)  # warm-up
+    start = time.perf_counter()
+    tokens = exported.generate(**inputs, max_new_tokens=new_tokens)
+    seconds = time.perf_counter() - start
+    new = tokens.shape[-1] - inputs["input_ids"].shape[-1]
+    print(json.dumps({"tok_s": new / seconds, "new": int(new), "tokens": tokens[0].tolist(), "src": hfexport.__file__}))
+''' % PROMPT
+
+
+def _child(src: Path, *args: str, timeout: int = 1800) -> dict:
+    env = {**os.environ, "PYTHONPATH": str(src), "PYTHONNOUSERSITE": "1"}
+    # an editable install of the current tree would come first on sys.path: -c runs with PYTHONPATH ahead of it, and
+    # the child checks hfexport.__file__ (printed) to be sure which tree ran
+    result = subprocess.run([sys.executable, "-c", CHILD, *args], env=env, capture_output=True, text=True,
+                            timeout=timeout)
+    if result.returncode != 0:
+        raise RuntimeError(f"child {args} failed:\n{result.stderr[-3000:]}")
+    record = json.loads(result.stdout.strip().splitlines()[-1])
+    if not record["src"].startswith(str(src)):
+        raise RuntimeError(f"the child ran {record['src']}, not the tree under {src}")
+    return record
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--before", required=True, help="git revision of the 'before' tree")
+    parser.add_argument("--backends", type=lambda v: tuple(v.split(",")), default=BACKENDS)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--new-tokens", type=int, default=128)
+    parser.add_argument("--json", type=Path, help="also write the results here")
+    args = parser.parse_args(argv)
+    print(f"[ab] load average at start: {os.getloadavg()}", flush=True)
+    with tempfile.TemporaryDirectory(prefix="hfexport-ab-") as tmp:
+        work = Path(tmp)
+        before = work / "before"
+        subprocess.run(["git", "-C", str(REPO), "worktree", "add", "--detach", "-q", str(before), args.before],
+                       check=True)
+        trees = {"before": before / "src", "after": REPO / "src"}
+        results: dict[str, dict] = {}
+        try:
+            for backend in args.backends:
+                row = results[backend] = {}
+                for tree, src in trees.items():
+                    out = work / f"{backend}-{tree}"
+                    record = _child(src, "export", backend, str(out), "0")
+                    row[tree] = {"export_s": record["export_s"], "tok_s": [], "tokens": None}
+                    print(f"[ab] {backend} {tree}: exported in {record['export_s']:.1f}s", flush=True)
+                for _ in range(args.rounds):
+                    for tree, src in trees.items():
+                        record = _child(src, "decode", backend, str(work / f"{backend}-{tree}"), str(args.new_tokens))
+                        row[tree]["tok_s"].append(record["tok_s"])
+                        row[tree]["tokens"] = record["tokens"]
+                best = {tree: max(row[tree]["tok_s"]) for tree in trees}
+                row["ratio"] = best["after"] / best["before"]
+                row["same_tokens"] = row["before"]["tokens"] == row["after"]["tokens"]
+                print(f"[ab] {backend}: before {best['before']:.1f} tok/s "
+                      f"({', '.join(f'{v:.1f}' for v in row['before']['tok_s'])}), after {best['after']:.1f} tok/s "
+                      f"({', '.join(f'{v:.1f}' for v in row['after']['tok_s'])}), after/before {row['ratio']:.3f}, "
+                      f"same tokens: {row['same_tokens']}", flush=True)
+        finally:
+            subprocess.run(["git", "-C", str(REPO), "worktree", "remove", "--force", str(before)], check=False)
+    print(f"[ab] load average at end: {os.getloadavg()}", flush=True)
+    if args.json:
+        for row in results.values():
+            for tree in ("before", "after"):
+                row[tree].pop("tokens", None)
+        args.json.write_text(json.dumps({"before": args.before, "time": time.strftime("%Y-%m-%d %H:%M UTC",
+                                         time.gmtime()), "results": results}, indent=2) + "\n")
+    return 0 if all(r["same_tokens"] for r in results.values()) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,28 @@
+"""The one way an OpenVINO workaround changes what ``openvino.convert_model`` receives: a rewrite of the
+``ExportedProgram`` before the PyTorch frontend reads it (not a workaround itself; see the ``openvino_*`` modules that
+use it)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from .registry import Undo, patch_attribute
+
+__all__ = ["rewrite_program_before_convert"]
+
+
+def rewrite_program_before_convert(rewrite: Callable[[Any], Any]) -> Undo:
+    """Wrap ``openvino.convert_model`` so that an ``ExportedProgram`` goes through ``rewrite`` first (it returns the
+    program to convert: the same one changed in place, or a new one); the returned undo restores the original."""
+    import openvino
+    import torch
+
+    original = openvino.convert_model
+
+    def convert_model(input_model: Any, *args: Any, **kwargs: Any) -> Any:
+        if isinstance(input_model, torch.export.ExportedProgram):
+            input_model = rewrite(input_model)
+        return original(input_model, *args, **kwargs)
+
+    return patch_attribute(openvino, "convert_model", convert_model)
