@@ -9,9 +9,9 @@ from importlib import metadata
 
 import pytest
 
-from hfexport import env
+from hfexport.cli import env
 from hfexport._versions import EXTRAS, TESTED
-from hfexport.env import environment_report, format_report, main_env
+from hfexport.cli.env import environment_report, format_report, main_env
 
 
 @pytest.fixture
@@ -114,7 +114,7 @@ def test_main_env_exit_status_and_json(versions, capsys):
 
 def test_report_imports_no_backend_package():
     code = (
-        "import sys, hfexport.env as e\n"
+        "import sys, hfexport.cli.env as e\n"
         "before = set(sys.modules)\n"
         "e.environment_report()\n"
         "heavy = ('onnx', 'onnxruntime', 'onnxscript', 'openvino', 'executorch', 'torchao', 'nncf', 'gguf')\n"

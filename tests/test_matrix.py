@@ -8,11 +8,11 @@ import csv
 import pytest
 
 from hfexport.cli import main
-from hfexport.matrix import Case, discover, run_matrix
-from hfexport.matrix.inputs import sample_inputs
-from hfexport.matrix.report import coverage, write_markdown
-from hfexport.matrix.shrink import build_model, tiny_config
-from hfexport.matrix.worker import UNAVAILABLE, no_inputs, run_case
+from hfexport.tools.matrix import Case, discover, run_matrix
+from hfexport.tools.matrix.inputs import sample_inputs
+from hfexport.tools.matrix.report import coverage, write_markdown
+from hfexport.tools.matrix.shrink import build_model, tiny_config
+from hfexport.tools.matrix.worker import UNAVAILABLE, no_inputs, run_case
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -118,7 +118,7 @@ def test_a_shrunk_model_builds_small_deterministic_and_runs_on_its_sample_inputs
 def test_a_bert_style_decoder_class_is_built_as_a_decoder_and_generates_through_its_export():
     """BertGenerationDecoder is causal, with a cache, only with is_decoder=True (transformers tells a standalone user
     to set it); built without it, its prefill returned no cache and every backend's generate failed."""
-    from hfexport.matrix.worker import run_case
+    from hfexport.tools.matrix.worker import run_case
 
     assert build_model("bert-generation", "BertGenerationDecoder").config.is_decoder is True
     assert build_model("bert", "BertForMaskedLM").config.is_decoder is False  # an encoder stays one

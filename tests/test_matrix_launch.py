@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-import hfexport.matrix.launch as launch_module
-from hfexport.matrix import Case, discover, run_matrix
-from hfexport.matrix import scheduler
-from hfexport.matrix.launch import Outcome, launch
+import hfexport.tools.matrix.launch as launch_module
+from hfexport.tools.matrix import Case, discover, run_matrix
+from hfexport.tools.matrix import scheduler
+from hfexport.tools.matrix.launch import Outcome, launch
 
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="the forkserver start method needs POSIX fork")
 

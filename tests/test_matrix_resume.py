@@ -9,15 +9,15 @@ import json
 
 import pytest
 
-import hfexport.matrix.command as command
+import hfexport.tools.matrix.command as command
 from hfexport.cli import main
-from hfexport.matrix.results import Recorder, load, recorded
+from hfexport.tools.matrix.results import Recorder, load, recorded
 
 FAMILIES = ["--families", "=llama", "=bert", "=gpt2"]  # 3 architectures, 2 generative: 5 Dynamo cases
 
 
-class Interrupted(Exception):
-    pass
+class Interrupted(KeyboardInterrupt):
+    """A Ctrl-C in the middle of the run (the command reports other exceptions as one line and exits 1)."""
 
 
 def fake_scheduler(seen: list, stop_after: int | None = None):

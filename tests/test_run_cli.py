@@ -6,13 +6,16 @@ tokenizer beside it, so real text goes in and out offline in seconds.
 
 from __future__ import annotations
 
+import io
 import json
 import shutil
+import sys
 
 import pytest
 import torch
 
-from hfexport.run_cli import TimingStreamer, main
+from hfexport.cli.run import main
+from hfexport.generation.streamers import TimingStreamer
 
 PROMPT = "The capital of France is"
 NEW_TOKENS = 12
@@ -23,7 +26,7 @@ def tokenizer():
     from transformers import AutoTokenizer
 
     from hfexport.errors import MissingPackageError
-    from hfexport.models.packaged import packaged_dir
+    from hfexport.testing.packaged import packaged_dir
 
     try:
         folder = packaged_dir("smollm2")
@@ -48,10 +51,12 @@ def _tiny_llama(tokenizer) -> torch.nn.Module:
     return model
 
 
-def _export(model, tokenizer, folder, generation_config=None, multi_token_decode=False) -> None:
+def _export(model, tokenizer, folder, generation_config=None, multi_token_decode=False,
+            prompts=("Hello, world!",)) -> None:
+    """Export for generation on ``prompts`` (two or more keep the batch dimension dynamic, as beam search needs)."""
     from hfexport import DynamoConfig, DynamoExporter
 
-    sample = dict(tokenizer(["Hello, world!"], return_tensors="pt"))
+    sample = dict(tokenizer(list(prompts), return_tensors="pt", padding=len(prompts) > 1, padding_side="left"))
     exported = DynamoExporter().export_for_generation(
         model, sample, DynamoConfig(dynamic=True), generation_config=generation_config,
         multi_token_decode=multi_token_decode,
@@ -100,10 +105,11 @@ def test_run_json(export_dir, model, tokenizer, capsys):
     assert result["decode_tokens_per_s"] > 0
 
 
-def test_run_chat_applies_the_template(export_dir, model, tokenizer, capsys):
+def test_run_chat_applies_the_template(export_dir, model, tokenizer, capsys, monkeypatch):
     assert tokenizer.chat_template, "SmolLM2-Instruct's tokenizer carries a chat template"
+    monkeypatch.setattr(sys, "stdin", io.StringIO(""))  # --prompt is the only turn (tests/test_cli_chat.py: more)
     assert main([str(export_dir), "--prompt", "Hi", "--chat", "--max-new-tokens", "6", "--json"]) == 0
-    result = json.loads(capsys.readouterr().out)
+    (result,) = json.loads(capsys.readouterr().out)["turns"]
     text = tokenizer.apply_chat_template([{"role": "user", "content": "Hi"}], add_generation_prompt=True,
                                          tokenize=False)
     ids = dict(tokenizer(text, return_tensors="pt", add_special_tokens=False))

@@ -1,7 +1,8 @@
 """hfexport: export Hugging Face transformers models to torch.export, ONNX, ExecuTorch and OpenVINO, and run them.
 
-``import hfexport`` loads torch and transformers only; each backend (and its runtime: onnxruntime, executorch,
-openvino) is imported the first time one of its names is used.
+``import hfexport`` loads no torch: each name is imported the first time it is used (torch and transformers with the
+first config, exporter or export; a backend and its runtime, onnxruntime, executorch or openvino, with its own
+names).
 
 Example:
     >>> from hfexport import DynamoExporter, DynamoConfig, ExportedModel
@@ -16,37 +17,24 @@ import importlib
 from typing import Any
 
 from ._versions import __version__
-
-from .configs import (
-    DynamoConfig,
-    ExecutorchConfig,
-    ExportConfigMixin,
-    ExportFormat,
-    OnnxConfig,
-    OpenVINOConfig,
-)
 from .errors import ConfigError, ExportError, HfExportError, ManifestError, MissingPackageError, UnsupportedError
-from .exported import ExportedComponent, ExportedModel
-from .exporter import HfExporter
-from .metadata import ExportMetadata, IORole, TensorSpec
-from .quantizers import (
-    CalibrationSet,
-    ExportQuantizer,
-    NNCFOnnxQuantizer,
-    NNCFOpenVINOQuantizer,
-    NNCFQuantizationConfig,
-    NNCFTorchFXQuantizer,
-    NNCFWeightCompressionConfig,
-    OnnxRuntimeDynamicConfig,
-    OnnxRuntimeQuantizer,
-    OnnxRuntimeStaticConfig,
-    PT2EQuantizer,
-)
-from .registry import AutoExportConfig, AutoHfExporter, register_backend
-from .runner import ModelRunner
+from .formats import ExportFormat
 
-# name -> "module:attribute", imported on first access so that backends stay unloaded until used
+# name -> "module:attribute", imported on first access: `import hfexport` (and `hfexport --help`) loads no torch;
+# the backends and their runtimes stay unloaded until one of their names is used
 _LAZY = {
+    **{name: f"hfexport.configs:{name}" for name in (
+        "DynamoConfig", "ExecutorchConfig", "ExportConfigMixin", "OnnxConfig", "OpenVINOConfig")},
+    **{name: f"hfexport.exported:{name}" for name in ("ExportedComponent", "ExportedModel")},
+    "HfExporter": "hfexport.exporter:HfExporter",
+    **{name: f"hfexport.metadata:{name}" for name in ("ExportMetadata", "IORole", "TensorSpec")},
+    **{name: f"hfexport.quantizers:{name}" for name in (
+        "CalibrationSet", "ExportQuantizer", "NNCFOnnxQuantizer", "NNCFOpenVINOQuantizer", "NNCFQuantizationConfig",
+        "NNCFTorchFXQuantizer", "NNCFWeightCompressionConfig", "OnnxRuntimeDynamicConfig", "OnnxRuntimeQuantizer",
+        "OnnxRuntimeStaticConfig", "PT2EQuantizer")},
+    **{name: f"hfexport.registry:{name}" for name in ("AutoExportConfig", "AutoHfExporter", "register_backend")},
+    "ModelRunner": "hfexport.runner:ModelRunner",
+    "validate": "hfexport.validation:validate",
     "DynamoExporter": "hfexport.backends.dynamo.exporter:DynamoExporter",
     "OnnxExporter": "hfexport.backends.onnx.exporter:OnnxExporter",
     "ExecutorchExporter": "hfexport.backends.executorch.exporter:ExecutorchExporter",
@@ -74,6 +62,7 @@ __all__ = [
     "IORole",
     "TensorSpec",
     "ModelRunner",
+    "validate",
     # quantizers
     "ExportQuantizer",
     "CalibrationSet",

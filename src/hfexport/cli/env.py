@@ -4,7 +4,7 @@ Versions come from package metadata (:mod:`importlib.metadata`); no backend pack
 fast and works even when an installed package is broken.
 
 Example:
-    >>> from hfexport.env import environment_report, format_report
+    >>> from hfexport.cli.env import environment_report, format_report
     >>> report = environment_report()
     >>> report["dependencies"]["torch"]["tested"]
     '2.13.0'

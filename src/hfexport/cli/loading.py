@@ -11,27 +11,22 @@ __all__ = ["load_model_and_processor", "sample_inputs"]
 _PROMPTS = ["The quick brown fox jumps over the lazy dog.", "Hello, world!"]
 
 
-def _model_class(config: Any) -> Any:
-    import transformers
-
-    for arch in getattr(config, "architectures", None) or []:
-        cls = getattr(transformers, arch, None)
-        if cls is not None:
-            return cls
-    return transformers.AutoModel
-
-
-def load_model_and_processor(model_id: str) -> tuple[torch.nn.Module, Any]:
-    """The model (fp32, eval, sdpa attention where supported) and its tokenizer/processor if it has one."""
+def load_model_and_processor(
+    model_id: str, task: str | None = None, dtype: torch.dtype = torch.float32, device: str = "cpu"
+) -> tuple[torch.nn.Module, Any]:
+    """The model (eval, sdpa attention where supported) for ``task`` (detected from its class when None), in
+    ``dtype`` on ``device``, and its tokenizer/processor if it has one."""
     from transformers import AutoConfig, AutoProcessor, AutoTokenizer
 
+    from .tasks import detect_task, model_class_for
+
     config = AutoConfig.from_pretrained(model_id)
-    cls = _model_class(config)
+    cls = model_class_for(task or detect_task(config), config)
     try:
-        model = cls.from_pretrained(model_id, attn_implementation="sdpa", dtype=torch.float32)
+        model = cls.from_pretrained(model_id, attn_implementation="sdpa", dtype=dtype)
     except (ValueError, ImportError):
-        model = cls.from_pretrained(model_id, attn_implementation="eager", dtype=torch.float32)
-    model.eval()
+        model = cls.from_pretrained(model_id, attn_implementation="eager", dtype=dtype)
+    model.to(device).eval()
     processor = None
     for loader in (AutoTokenizer, AutoProcessor):
         try:
@@ -43,19 +38,46 @@ def load_model_and_processor(model_id: str) -> tuple[torch.nn.Module, Any]:
 
 
 def sample_inputs(model: torch.nn.Module, processor: Any) -> dict[str, Any]:
-    """Small, representative forward kwargs: two padded prompts for text models, a random image for vision ones."""
+    """Small, representative forward (or generate) kwargs on the model's device: two prompts (left-padded for a
+    decoder that generates) for text models, a random image for vision ones, a second of audio features for speech
+    ones."""
+    device = next((p.device for p in model.parameters()), torch.device("cpu"))
+    inputs = _sample_inputs(model, processor)
+    return {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in inputs.items()}
+
+
+def _sample_inputs(model: torch.nn.Module, processor: Any) -> dict[str, Any]:
     config = model.config
     main_input = getattr(model, "main_input_name", "input_ids")
     if main_input == "input_ids":
         if processor is not None and callable(processor):
             if getattr(processor, "pad_token", "x") is None:
                 processor.pad_token = processor.eos_token
-            encoded = processor(_PROMPTS, padding=True, return_tensors="pt")
+            decoder_generates = model.can_generate() and not getattr(config, "is_encoder_decoder", False)
+            side = getattr(processor, "padding_side", None)
+            if decoder_generates and side is not None:
+                processor.padding_side = "left"
+            try:
+                encoded = processor(_PROMPTS, padding=True, return_tensors="pt")
+            finally:
+                if side is not None:
+                    processor.padding_side = side
             return {k: v for k, v in encoded.items() if k in ("input_ids", "attention_mask", "token_type_ids")}
         vocab = getattr(config, "vocab_size", 100)
         generator = torch.Generator().manual_seed(0)
         ids = torch.randint(0, vocab, (2, 8), generator=generator)
-        return {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
+        mask = torch.ones_like(ids)
+        if model.can_generate() and not getattr(config, "is_encoder_decoder", False):
+            mask[1, :3] = 0  # a left-padded row: the export keeps the mask, and generates padded batches
+        return {"input_ids": ids, "attention_mask": mask}
+    if main_input == "input_features":
+        extractor = getattr(processor, "feature_extractor", processor)
+        rate = getattr(extractor, "sampling_rate", 16000)
+        audio = torch.randn(rate, generator=torch.Generator().manual_seed(0)).numpy() * 0.1
+        if extractor is not None and callable(extractor):
+            return {"input_features": extractor(audio, sampling_rate=rate, return_tensors="pt").input_features}
+        bins = getattr(config, "num_mel_bins", 80)
+        return {"input_features": torch.randn(1, bins, 3000, generator=torch.Generator().manual_seed(0))}
     if main_input == "pixel_values":
         size = getattr(config, "image_size", 224)
         channels = getattr(config, "num_channels", 3)

@@ -9,10 +9,11 @@ import os
 import platform
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
+
+from ...cli.quiet import terminal
 
 from .discovery import discover
 from .launch import LAUNCHERS
@@ -71,7 +72,7 @@ def _stop(signum: int, frame: Any) -> None:
 def _commit() -> str | None:
     """HEAD of the checkout hfexport runs from, plus the files under src/ that differ from it (other work in
     progress changes what a case runs)."""
-    root = Path(__file__).resolve().parents[3]
+    root = Path(__file__).resolve().parents[4]
     try:
         head = subprocess.run(["git", "-C", str(root), "rev-parse", "--short=12", "HEAD"], capture_output=True,
                               text=True, timeout=20, check=True).stdout.strip()
@@ -120,7 +121,7 @@ def cmd_matrix(args: argparse.Namespace) -> int:
     everything = discover()
     if args.report_only:
         paths = _write(args.out, len(everything), not args.no_png)
-        print("wrote " + ", ".join(str(p) for p in paths), file=sys.stderr)
+        print("wrote " + ", ".join(str(p) for p in paths), file=terminal())
         return 0
     archs = discover(args.families)
     if args.limit is not None:
@@ -134,7 +135,7 @@ def cmd_matrix(args: argparse.Namespace) -> int:
         skipped, cases = len(cases) - len(kept), kept
     print(f"matrix: {len(archs)} architecture(s) x {len(args.backends)} backend(s): {len(cases)} case(s) to run"
           + (f", {skipped} already in {jsonl} (--resume)" if args.resume else "")
-          + f", {args.jobs} job(s), {args.timeout:g} s timeout each", file=sys.stderr, flush=True)
+          + f", {args.jobs} job(s), {args.timeout:g} s timeout each", file=terminal(), flush=True)
     recorder = Recorder(jsonl, {
         "command": _command(args), "backends": args.backends, "stages": args.stages, "architectures": len(archs),
         "of": len(everything), "cases": len(cases), "skipped": skipped, "jobs": args.jobs, "timeout": args.timeout,
@@ -147,12 +148,12 @@ def cmd_matrix(args: argparse.Namespace) -> int:
         secs = "" if row.get("export_seconds") is None else f" {row['export_seconds']:.1f}s"
         why = f" — {row['reason'][:120]}" if row["status"] != "pass" and row.get("reason") else ""
         print(f"[{done}/{total}] {row['model_type']} {row['backend']} {row['stage']}: {row['status']}{diff}{secs}{why}",
-              file=sys.stderr, flush=True)
+              file=terminal(), flush=True)
 
     signal.signal(signal.SIGTERM, _stop)  # a killed run stops its workers too (run_matrix's finally)
     start = time.perf_counter()
     run_matrix(cases, jobs=args.jobs, timeout=args.timeout, on_result=progress, launcher=args.launcher)
     recorder.close(load_end=list(_load()), minutes=round((time.perf_counter() - start) / 60, 1))
     paths = _write(args.out, len(everything), not args.no_png)
-    print("wrote " + ", ".join(str(p) for p in paths), file=sys.stderr)
+    print("wrote " + ", ".join(str(p) for p in paths), file=terminal())
     return 0

@@ -6,7 +6,7 @@ the decoder itself). Images: ``pixel_values`` ``[2, channels, size, size]`` at t
 ``input_features`` ``[2, mel_bins, 2 * max_source_positions]`` (Whisper layout) or ``[2, frames, features]``, and
 raw ``input_values`` ``[2, 1600]``. Image-text-to-text models get one image per row with as many image tokens as their
 vision tower makes features, where pixels and an image-token id are all they need (else text only); families
-with a hand-written tiny case (:data:`hfexport.matrix.shrink.FROM_TINY_CASES`) use its inputs.
+with a hand-written tiny case (:data:`hfexport.tools.matrix.shrink.FROM_TINY_CASES`) use its inputs.
 """
 
 from __future__ import annotations
@@ -135,7 +135,7 @@ def sample_inputs(model: Any, model_type: str, batch: int = 2, seq: int = 6,
         NoInputRecipe: When the model's main input is not one the matrix knows how to build.
     """
     if model_type in FROM_TINY_CASES:
-        from ..models.tiny import TINY_CASES
+        from ...testing.tiny import TINY_CASES
 
         inputs = TINY_CASES[FROM_TINY_CASES[model_type]].inputs(batch, seq)
         return {k: v for k, v in inputs.items() if not (for_generation and k.startswith("decoder"))}

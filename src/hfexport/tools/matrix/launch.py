@@ -3,7 +3,7 @@
 ``forkserver`` (the default): a ``multiprocessing`` forkserver is started once per run with torch, transformers
 and hfexport already imported (:data:`PRELOAD`, plus the backends of the run); each case is a new child forked from
 that server, which never runs a case itself, so every case starts from the same clean, just-imported state without
-paying the ~10 s of imports of a new interpreter. ``exec``: ``python -m hfexport.matrix.worker`` per case, as
+paying the ~10 s of imports of a new interpreter. ``exec``: ``python -m hfexport.tools.matrix.worker`` per case, as
 before (the reference the forkserver is measured against, and the fallback where ``fork`` is not available).
 
 Both keep what a process per case is for: the child runs in its own session (``setsid``) and is killed with its
@@ -32,7 +32,8 @@ __all__ = ["LAUNCHERS", "PRELOAD", "Outcome", "launch", "kill_all"]
 LAUNCHERS = ("forkserver", "exec")
 PRELOAD = ("torch", "torch.export", "torch._dynamo", "transformers", "transformers.modeling_utils",
            "transformers.generation.utils", "hfexport", "hfexport.exporter", "hfexport.validation",
-           "hfexport.generation", "hfexport.matrix.worker", "hfexport.matrix.shrink", "hfexport.matrix.inputs")
+           "hfexport.generation", "hfexport.tools.matrix.worker", "hfexport.tools.matrix.shrink",
+           "hfexport.tools.matrix.inputs")
 
 _lock = threading.Lock()
 _context: Any = None
@@ -127,7 +128,7 @@ def _forked(argv: list[str], timeout: float, backends: tuple[str, ...], threads:
 
 def _env(threads: int | None) -> dict[str, str]:
     env = dict(os.environ)
-    src = str(Path(__file__).resolve().parents[2])  # the folder holding the hfexport package
+    src = str(Path(__file__).resolve().parents[3])  # the folder holding the hfexport package
     env["PYTHONPATH"] = os.pathsep.join(p for p in (src, env.get("PYTHONPATH")) if p)
     if threads:
         env["OMP_NUM_THREADS"] = str(threads)
@@ -135,7 +136,7 @@ def _env(threads: int | None) -> dict[str, str]:
 
 
 def _exec(argv: list[str], timeout: float, threads: int | None) -> Outcome:
-    cmd = [sys.executable, "-m", "hfexport.matrix.worker", *argv]
+    cmd = [sys.executable, "-m", "hfexport.tools.matrix.worker", *argv]
     start = time.perf_counter()
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env(threads),
                             start_new_session=True)
@@ -161,7 +162,7 @@ def _exec(argv: list[str], timeout: float, threads: int | None) -> Outcome:
 
 def launch(argv: list[str], timeout: float, launcher: str = "forkserver", backends: tuple[str, ...] = (),
            threads: int | None = None, target: Callable[..., Any] | None = None) -> Outcome:
-    """Run ``hfexport.matrix.worker.run_case(*argv)`` in a process of its own, killed after ``timeout`` seconds.
+    """Run ``hfexport.tools.matrix.worker.run_case(*argv)`` in a process of its own, killed after ``timeout`` seconds.
 
     Args:
         argv: ``[model_type, class_name, task, backend, stage]``.
@@ -175,7 +176,7 @@ def launch(argv: list[str], timeout: float, launcher: str = "forkserver", backen
     if launcher == "forkserver":
         return _forked(argv, timeout, tuple(backends), threads, target)
     if target is not None and launcher == "exec":
-        raise ValueError("the exec launcher runs hfexport.matrix.worker only; target needs the forkserver")
+        raise ValueError("the exec launcher runs hfexport.tools.matrix.worker only; target needs the forkserver")
     if launcher == "exec":
         return _exec(argv, timeout, threads)
     raise ValueError(f"unknown launcher {launcher!r}; expected one of {', '.join(LAUNCHERS)}")

@@ -133,7 +133,7 @@ def write_markdown(rows: list[dict[str, Any]], path: Path, header: str = "") -> 
               "sample inputs do not run even in eager PyTorch (a gap of the matrix, not of the backend). "
               "Image-text-to-text models get one image per row and its placeholder tokens where pixels and an "
               "image-token id are all they need (Qwen2-VL and LLaVA use the hand-written tiny inputs of "
-              "`hfexport.models.tiny`); the others get text only, and where the generation capture then sees the "
+              "`hfexport.testing.tiny`); the others get text only, and where the generation capture then sees the "
               "vision or audio tower never called the row is `no-inputs` (as when the matrix has no recipe for a "
               "model's main input): a gap of the matrix, not of the backend. `cannot-build` = the matrix cannot "
               "shrink or build the tiny model (missing package such as timm, a size field its rules miss, a "

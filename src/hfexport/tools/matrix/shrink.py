@@ -15,7 +15,7 @@ When the config or model built by these rules fails, :func:`build_model` tries o
 not applied on the first try so that every config that builds with the plain rules stays as it was.
 
 :data:`OVERRIDES` holds what the rules cannot guess for a family; :data:`FROM_TINY_CASES` names the families whose
-hand-written tiny model (``hfexport.models.tiny``) is used instead, because their sample inputs must agree with the
+hand-written tiny model (``hfexport.testing.tiny``) is used instead, because their sample inputs must agree with the
 config (image placeholders, grids).
 
 Example:
@@ -105,7 +105,7 @@ OVERRIDES: dict[str, dict[str, Any]] = {
     "qwen4_exp_text": _QSA_INDEXER,
     "qwen4_exp": {"text_config": _QSA_INDEXER},  # a dict for a sub-config is merged into it
 }
-# model_type -> hfexport.models.tiny case used instead of the generic rules
+# model_type -> hfexport.testing.tiny case used instead of the generic rules
 FROM_TINY_CASES: dict[str, str] = {"qwen2_vl": "qwen2_vl", "llava": "llava"}
 
 
@@ -264,7 +264,7 @@ def build_model(model_type: str, class_name: str) -> Any:
     :func:`tiny_config`; if that fails too, its error is raised with the first one as its cause.
     """
     if model_type in FROM_TINY_CASES:
-        from ..models.tiny import tiny_model
+        from ...testing.tiny import tiny_model
 
         return tiny_model(FROM_TINY_CASES[model_type])
     import transformers

@@ -1,4 +1,5 @@
-"""One matrix case, run in its own process: ``python -m hfexport.matrix.worker MODEL_TYPE CLASS TASK BACKEND STAGE``.
+"""One matrix case, run in its own process:
+``python -m hfexport.tools.matrix.worker MODEL_TYPE CLASS TASK BACKEND STAGE``.
 
 Prints exactly one JSON line on stdout (anything the model prints goes to stderr) with the case's ``status``:
 
@@ -26,9 +27,11 @@ import time
 import traceback
 from typing import Any
 
+from ...validation import FP32_ATOL
+
 __all__ = ["TOLERANCES", "NEW_TOKENS", "no_inputs", "run_case", "main"]
 
-TOLERANCES = {"dynamo": 1e-4, "onnx": 1e-4, "executorch": 1e-3, "openvino": 1e-3}
+TOLERANCES = FP32_ATOL  # the one fp32 tolerance table
 NEW_TOKENS = 8
 MEMORY_GIB = 8
 UNAVAILABLE = "backend not available in this release"
@@ -72,7 +75,7 @@ def _one(exc: BaseException) -> str:
         text += f" [component {component}]"
     frames = [f for f in traceback.extract_tb(exc.__traceback__)
               if ("/transformers/" in f.filename or "/hfexport/" in f.filename)
-              and "/hfexport/matrix/" not in f.filename]
+              and "/hfexport/tools/matrix/" not in f.filename]
     if frames:  # the innermost line of transformers or hfexport: where to look first
         where = frames[-1].filename.replace("\\", "/")
         where = where.split("/hfexport/")[-1] if "/hfexport/" in where else where.split("/transformers/")[-1]
@@ -81,8 +84,8 @@ def _one(exc: BaseException) -> str:
 
 
 def _exporter_and_config(backend: str, dynamic: bool) -> tuple[Any, Any]:
-    from ..errors import UnsupportedError
-    from ..registry import config_class_for, exporter_class_for
+    from ...errors import UnsupportedError
+    from ...registry import config_class_for, exporter_class_for
 
     try:
         exporter = exporter_class_for(backend)()
@@ -100,7 +103,7 @@ class _Unavailable(Exception):
 def _export_stage(model: Any, model_type: str, backend: str, result: dict[str, Any]) -> None:
     import torch
 
-    from ..validation import compare_outputs
+    from ...validation import compare_outputs
     from .inputs import sample_inputs
 
     inputs = sample_inputs(model, model_type)

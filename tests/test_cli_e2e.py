@@ -1,0 +1,85 @@
+"""The command line a user runs, end to end as real processes: ``hfexport export`` (for generation, by default for a
+model that generates) → ``hfexport run`` → the same text as eager ``model.generate``, on each backend; then
+``hfexport validate`` on that export (exit 0) and against a model folder whose weights differ (exit 1, the leaf
+named).
+
+The model is a tiny random Llama with SmolLM2's vocabulary and tokenizer, saved as a model folder with its tokenizer
+(as a Hub repo is), so the export folder gets the tokenizer and its chat template from it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+from test_run_cli import _tiny_llama
+
+PROMPT = "The capital of France is"
+NEW_TOKENS = 8
+ENV = {**os.environ, "HF_HUB_OFFLINE": "1"}
+
+
+def _hfexport(*args: str, timeout: int = 900) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "hfexport.cli", *args], capture_output=True, text=True, env=ENV,
+                          timeout=timeout)
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    from transformers import AutoTokenizer
+
+    from hfexport.errors import MissingPackageError
+    from hfexport.testing.packaged import packaged_dir
+
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(packaged_dir("smollm2"), local_files_only=True)
+    except MissingPackageError as e:  # the packaged model is an install-time dependency (make venv)
+        pytest.skip(str(e))
+    model = _tiny_llama(tokenizer)
+    folder = tmp_path_factory.mktemp("e2e") / "tiny-llama"
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    ids = dict(tokenizer(PROMPT, return_tensors="pt"))
+    with torch.no_grad():
+        out = model.generate(**ids, max_new_tokens=NEW_TOKENS, do_sample=False)
+    expected = tokenizer.decode(out[0, ids["input_ids"].shape[-1]:], skip_special_tokens=True)
+    return folder, expected
+
+
+@pytest.mark.parametrize("backend", ["dynamo", "onnx", "openvino", "executorch"])
+def test_export_then_run_gives_eager_text(model_dir, tmp_path, backend):
+    folder, expected = model_dir
+    out = tmp_path / backend
+    exported = _hfexport("export", str(folder), "--format", backend, "--output", str(out), "--static-cache", "64",
+                         "--multi-token", "--json")
+    assert exported.returncode == 0, exported.stderr
+    summary = json.loads(exported.stdout)
+    assert summary["for_generation"] and summary["same_tokens"] and summary["passed"]
+    assert (out / "tokenizer.json").is_file() and (out / "export.json").is_file()
+    ran = _hfexport("run", str(out), "--prompt", PROMPT, "--max-new-tokens", str(NEW_TOKENS), "--json")
+    assert ran.returncode == 0, ran.stderr
+    assert json.loads(ran.stdout)["text"] == expected
+
+
+def test_validate_passes_on_the_export_and_fails_on_other_weights(model_dir, tmp_path):
+    from transformers import LlamaForCausalLM
+
+    folder, _ = model_dir
+    out = tmp_path / "onnx"
+    assert _hfexport("export", str(folder), "--format", "onnx", "--output", str(out), "--static-cache", "64",
+                     "--multi-token").returncode == 0
+    good = _hfexport("validate", str(out), "--model", str(folder), "--json")
+    assert good.returncode == 0, good.stderr
+    assert json.loads(good.stdout)["passed"] is True
+    changed = tmp_path / "changed"
+    model = LlamaForCausalLM.from_pretrained(folder)
+    with torch.no_grad():
+        model.lm_head.weight[:, :8] += 0.5
+    model.save_pretrained(changed)
+    bad = _hfexport("validate", str(out), "--model", str(changed))
+    assert bad.returncode == 1
+    assert "logits" in bad.stdout + bad.stderr
