@@ -4,8 +4,8 @@
 backend's recommended recipe (the first row of benchmarks/RESULTS.md), exports SmolLM2-135M once with each tree's
 own code (each in a child process whose ``sys.path`` holds only that tree's ``src``), then times greedy decode of the
 saved exports in interleaved rounds (before, after, before, after, ...), each round in a fresh child that loads the
-export, warms it up and times ``generate``. Prints tok/s per backend and tree (best and all rounds), the ratio, and
-whether both trees produced the same tokens. The machine's load average is printed at the start and the end.
+export, warms it up and times ``generate``. Prints tok/s per backend and tree (all rounds), the after/before ratio
+of the best and of the median round, and whether both trees produced the same tokens. The machine's load average is printed at the start and the end.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -112,11 +113,14 @@ def main(argv: list[str] | None = None) -> int:
                         row[tree]["tok_s"].append(record["tok_s"])
                         row[tree]["tokens"] = record["tokens"]
                 best = {tree: max(row[tree]["tok_s"]) for tree in trees}
+                median = {tree: statistics.median(row[tree]["tok_s"]) for tree in trees}
                 row["ratio"] = best["after"] / best["before"]
+                row["median_ratio"] = median["after"] / median["before"]
                 row["same_tokens"] = row["before"]["tokens"] == row["after"]["tokens"]
                 print(f"[ab] {backend}: before {best['before']:.1f} tok/s "
                       f"({', '.join(f'{v:.1f}' for v in row['before']['tok_s'])}), after {best['after']:.1f} tok/s "
-                      f"({', '.join(f'{v:.1f}' for v in row['after']['tok_s'])}), after/before {row['ratio']:.3f}, "
+                      f"({', '.join(f'{v:.1f}' for v in row['after']['tok_s'])}), after/before {row['ratio']:.3f} (best), "
+                      f"{row['median_ratio']:.3f} (median), "
                       f"same tokens: {row['same_tokens']}", flush=True)
         finally:
             subprocess.run(["git", "-C", str(REPO), "worktree", "remove", "--force", str(before)], check=False)

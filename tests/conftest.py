@@ -98,3 +98,18 @@ def saved_copy(saved_export: Path, tmp_path: Path) -> Path:
 def make_tiny_llama():
     """``make_tiny_llama(seed)`` builds the tiny Llama of these fixtures (tests must not import conftest)."""
     return build_tiny_llama
+
+
+@pytest.fixture(scope="session")
+def tokenizer():
+    """SmolLM2's tokenizer (and chat template), from the packaged model: what the CLI tests save beside an export."""
+    from transformers import AutoTokenizer
+
+    from hfexport.errors import MissingPackageError
+    from hfexport.testing.packaged import packaged_dir
+
+    try:
+        folder = packaged_dir("smollm2")
+    except MissingPackageError as e:  # the packaged model is an install-time dependency (make venv)
+        pytest.skip(str(e))
+    return AutoTokenizer.from_pretrained(folder, local_files_only=True)

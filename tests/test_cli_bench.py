@@ -21,20 +21,6 @@ PROMPT_LEN, NEW_TOKENS, REPEATS = 12, 6, 2
 
 
 @pytest.fixture(scope="module")
-def tokenizer():
-    from transformers import AutoTokenizer
-
-    from hfexport.errors import MissingPackageError
-    from hfexport.testing.packaged import packaged_dir
-
-    try:
-        folder = packaged_dir("smollm2")
-    except MissingPackageError as e:
-        pytest.skip(str(e))
-    return AutoTokenizer.from_pretrained(folder, local_files_only=True)
-
-
-@pytest.fixture(scope="module")
 def model(tokenizer):
     return _tiny_llama(tokenizer)
 

@@ -1,7 +1,7 @@
 """The command line a user runs, end to end as real processes: ``hfexport export`` (for generation, by default for a
 model that generates) → ``hfexport run`` → the same text as eager ``model.generate``, on each backend; then
 ``hfexport validate`` on that export (exit 0) and against a model folder whose weights differ (exit 1, the leaf
-named).
+named); ``hfexport bench --json`` on it.
 
 The model is a tiny random Llama with SmolLM2's vocabulary and tokenizer, saved as a model folder with its tokenizer
 (as a Hub repo is), so the export folder gets the tokenizer and its chat template from it.
@@ -29,16 +29,7 @@ def _hfexport(*args: str, timeout: int = 900) -> subprocess.CompletedProcess:
 
 
 @pytest.fixture(scope="module")
-def model_dir(tmp_path_factory):
-    from transformers import AutoTokenizer
-
-    from hfexport.errors import MissingPackageError
-    from hfexport.testing.packaged import packaged_dir
-
-    try:
-        tokenizer = AutoTokenizer.from_pretrained(packaged_dir("smollm2"), local_files_only=True)
-    except MissingPackageError as e:  # the packaged model is an install-time dependency (make venv)
-        pytest.skip(str(e))
+def model_dir(tokenizer, tmp_path_factory):
     model = _tiny_llama(tokenizer)
     folder = tmp_path_factory.mktemp("e2e") / "tiny-llama"
     model.save_pretrained(folder)
@@ -75,6 +66,10 @@ def test_validate_passes_on_the_export_and_fails_on_other_weights(model_dir, tmp
     good = _hfexport("validate", str(out), "--model", str(folder), "--json")
     assert good.returncode == 0, good.stderr
     assert json.loads(good.stdout)["passed"] is True
+    bench = _hfexport("bench", str(out), "--eager", str(folder), "--new-tokens", "8", "--repeats", "1", "--json")
+    assert bench.returncode == 0, bench.stderr
+    timing = json.loads(bench.stdout)
+    assert timing["decode_tok_s_best"] > 0 and timing["prefill_ms_best"] > 0 and timing["same_tokens"] is True
     changed = tmp_path / "changed"
     model = LlamaForCausalLM.from_pretrained(folder)
     with torch.no_grad():

@@ -292,3 +292,19 @@ def test_a_quantizer_is_checked_once_per_export_for_generation(calibrated):
         _llama(), _inputs(batch=1), DynamoConfig(dynamic=True, quantizer=Counting(calibration)))
     assert len(quantized) == 2, "the prefill and decode graphs are each quantized"
     assert checks == ["dynamo"]
+
+
+def test_a_cache_only_generation_config_is_merged_into_the_models_own():
+    from transformers import GenerationConfig
+
+    model = _llama()
+    model.generation_config.eos_token_id, model.generation_config.pad_token_id = 7, 0
+    cache_only = GenerationConfig(cache_implementation="static", max_cache_len=32)
+    assert cache_only.eos_token_id is None  # what was saved before: the model's ids lost
+    exported = DynamoExporter().export_for_generation(
+        model, _inputs(batch=1), DynamoConfig(dynamic=True), generation_config=cache_only, multi_token_decode=True)
+    saved = exported.generation_config
+    assert (saved.cache_implementation, saved.max_cache_len) == ("static", 32)
+    assert (saved.eos_token_id, saved.pad_token_id) == (7, 0)
+    assert model.generation_config.cache_implementation is None, "the model's own config is left as it was"
+    assert exported.components["decode"].metadata.cache_type == "StaticCache"

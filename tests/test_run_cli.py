@@ -21,20 +21,6 @@ PROMPT = "The capital of France is"
 NEW_TOKENS = 12
 
 
-@pytest.fixture(scope="module")
-def tokenizer():
-    from transformers import AutoTokenizer
-
-    from hfexport.errors import MissingPackageError
-    from hfexport.testing.packaged import packaged_dir
-
-    try:
-        folder = packaged_dir("smollm2")
-    except MissingPackageError as e:  # the packaged model is an install-time dependency (make venv)
-        pytest.skip(str(e))
-    return AutoTokenizer.from_pretrained(folder, local_files_only=True)
-
-
 def _tiny_llama(tokenizer) -> torch.nn.Module:
     from transformers import LlamaConfig, LlamaForCausalLM
 

@@ -11,6 +11,7 @@ program) and :meth:`~HfExporter.finish` (passes over it that need no workaround)
 from __future__ import annotations
 
 import abc
+import copy
 import dataclasses
 import logging
 import time
@@ -141,6 +142,7 @@ class HfExporter(abc.ABC):
         self.validate_environment()
         check_quantizers(config, self.export_format)
         check_attention_implementation(model)
+        generation_config = _merged_generation_config(model, generation_config)
         self._stage_clock = clock = StageClock(self.on_stage, self.on_stage_start)
         with clock.stage("capture", "generate", model, sample_inputs):
             components = decompose_for_generation(
@@ -400,6 +402,19 @@ def _warn_specialised(metadata: ExportMetadata, dynamic_shapes: Any, config: Exp
     ]
     if pinned:
         logger.info("dims specialised while tracing (the model branches on them): %s", ", ".join(pinned))
+
+
+def _merged_generation_config(model: torch.nn.Module, generation_config: Any) -> Any:
+    """``generation_config`` merged into a copy of the model's own: the fields it sets (those that differ from
+    ``GenerationConfig``'s defaults, e.g. ``cache_implementation`` and ``max_cache_len``) override, the model's eos,
+    pad, decoder-start ids and the rest stay, as ``model.generate(generation_config=...)`` merges them. Without a
+    model config (or without one to merge), the given one as is."""
+    own = getattr(model, "generation_config", None)
+    if generation_config is None or own is None or generation_config is own:
+        return generation_config
+    merged = copy.deepcopy(own)
+    merged.update(**generation_config.to_diff_dict())
+    return merged
 
 
 def _generation_config(model: torch.nn.Module) -> Any:

@@ -41,7 +41,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="hfexport", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="hfexport", description=__doc__.splitlines()[0].replace("``", ""))
     parser.add_argument("-v", "--verbose", action="store_true",
                         help="show what the libraries underneath print (warnings, logs) and full tracebacks")
     sub = parser.add_subparsers(dest="command", required=True)

@@ -12,6 +12,7 @@ ExecuTorch is left out unless asked for (``hfexport demo --backends executorch``
 from __future__ import annotations
 
 import json
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -35,8 +36,8 @@ _RECIPE_OPTIONS = {"onnx": {"ort_fusions": "cpu"}}
 _PROMPTS = ["The capital of France is", "Write a haiku about the sea."]
 
 
-def _dir_bytes(path: Path) -> int:
-    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
+def _dir_bytes(path: Path, pattern: str = "*") -> int:
+    return sum(p.stat().st_size for p in path.rglob(pattern) if p.is_file())
 
 
 def _row(name: str, backend: str, model: torch.nn.Module, inputs: dict[str, Any], workdir: Path) -> dict[str, Any]:
@@ -76,46 +77,45 @@ def _row(name: str, backend: str, model: torch.nn.Module, inputs: dict[str, Any]
     }
 
 
-def _generation_row(backend: str, model: torch.nn.Module, tokenizer: Any, workdir: Path) -> dict[str, Any]:
-    from ..registry import AutoExportConfig
-    from ..exported import ExportedModel
-    from ..registry import AutoHfExporter
+def _command(argv: list[str]) -> tuple[int, dict[str, Any]]:
+    """Run one ``hfexport`` command as a user would type it (its own process; its progress lines on our terminal);
+    its exit status and ``--json`` output."""
+    import subprocess
 
-    import copy
+    stream = terminal()
+    try:
+        stream.fileno()
+    except (AttributeError, OSError, ValueError):
+        stream = None  # a captured stream (a test): the child's stderr is ours
+    done = subprocess.run([sys.executable, "-m", "hfexport.cli", *argv, "--json"], stdout=subprocess.PIPE,
+                          stderr=stream, text=True)
+    text = done.stdout
+    return done.returncode, json.loads(text[text.index("{"):]) if "{" in text else {}
 
-    from ..generation.streamers import TimingStreamer
 
-    config = AutoExportConfig.from_dict({"export_format": backend, "dynamic": True, **_RECIPE_OPTIONS.get(backend, {})})
-    gen = copy.deepcopy(model.generation_config)
-    gen.do_sample, gen.cache_implementation, gen.max_cache_len = False, "static", _STATIC_CACHE_LEN
-    sample = tokenizer([_PROMPTS[0]], return_tensors="pt")  # the static cache fixes the batch: one prompt at a time
-    start = time.perf_counter()
-    exported = AutoHfExporter.from_config(config).export_for_generation(
-        model, dict(sample), config, generation_config=gen, multi_token_decode=True
-    )
-    export_seconds = time.perf_counter() - start
+def _generation_row(backend: str, model_dir: Path, workdir: Path) -> dict[str, Any]:
+    """SmolLM2 for generation through the commands: ``export`` (its recipe), ``run``, ``validate``, and ``bench``
+    against eager in the same run."""
     out_dir = workdir / f"smollm2-generate-{backend}"
-    exported.save_pretrained(out_dir)
-    exported = ExportedModel.from_pretrained(out_dir)
-    prompt = tokenizer([_PROMPTS[0]], return_tensors="pt")
-    new = _GENERATE_TOKENS
-    eager_timer, ours_timer = TimingStreamer(), TimingStreamer()
-    with torch.no_grad():
-        eager_ids = model.generate(**prompt, max_new_tokens=new, do_sample=False, streamer=eager_timer)
-    ids = exported.generate(**prompt, max_new_tokens=new, do_sample=False, streamer=ours_timer)
-    text = tokenizer.decode(ids[0], skip_special_tokens=True)
+    status, exported = _command(["export", str(model_dir), "--format", backend, "--output", str(out_dir),
+                                 "--static-cache", str(_STATIC_CACHE_LEN), "--multi-token"])
+    if status != 0 or not exported:
+        return {"backend": backend, "failed": f"hfexport export exited {status}"}
+    _, ran = _command(["run", str(out_dir), "--prompt", _PROMPTS[0], "--max-new-tokens", str(_GENERATE_TOKENS)])
+    validated, report = _command(["validate", str(out_dir), "--model", str(model_dir)])
+    _, bench = _command(["bench", str(out_dir), "--eager", str(model_dir), "--new-tokens", str(_GENERATE_TOKENS),
+                         "--repeats", "2"])
+    export_s = sum(s["seconds"] for s in exported["stages"] if s["stage"] in ("export", "save"))
     return {
         "backend": backend,
-        "recipe": f"static cache {_STATIC_CACHE_LEN}, one multi-token decode graph"
-        + "".join(f", {k}={v!r}" for k, v in _RECIPE_OPTIONS.get(backend, {}).items()),
-        "export_s": round(export_seconds, 1),
-        "size_mb": round(_dir_bytes(out_dir) / 1e6, 1),
-        "weights_mb": round(sum({p.data_ptr(): p.numel() * p.element_size() for p in model.parameters()}.values())
-                            / 1e6, 1),
-        "tokens_per_s": round(ours_timer.stats()["decode_tokens_per_s"] or float("nan"), 1),
-        "eager_tokens_per_s": round(eager_timer.stats()["decode_tokens_per_s"] or float("nan"), 1),
-        "same_text": text == tokenizer.decode(eager_ids[0], skip_special_tokens=True),
-        "text": text,
+        "recipe": f"static cache {_STATIC_CACHE_LEN}, one multi-token decode graph",
+        "export_s": round(export_s, 1),
+        "size_mb": round(exported["bytes"] / 1e6, 1),
+        "weights_mb": round(_dir_bytes(model_dir, "*.safetensors") / 1e6, 1),
+        "tokens_per_s": round(bench.get("decode_tok_s_best") or float("nan"), 1),
+        "eager_tokens_per_s": round((bench.get("eager") or {}).get("decode_tok_s_best") or float("nan"), 1),
+        "same_text": bool(bench.get("same_tokens")) and validated == 0 and report.get("passed") is True,
+        "text": ran.get("text", ""),
     }
 
 
@@ -147,9 +147,12 @@ def run_demo(json_out: bool = False, backends: list[str] | None = None) -> int:
                 print(f"exporting {name} to {backend} ...", file=terminal(), flush=True)
                 rows.append(_row(name, backend, model, inputs, Path(tmp)))
             if name == "smollm2":
+                from ..testing.packaged import packaged_dir
+
                 for backend in backends:
-                    print(f"exporting {name} for generation to {backend} ...", file=terminal(), flush=True)
-                    generation.append(_generation_row(backend, model, tokenizer, Path(tmp)))
+                    print(f"hfexport export {name} --format {backend} --static-cache {_STATIC_CACHE_LEN} "
+                          "--multi-token, then run, validate, bench ...", file=terminal(), flush=True)
+                    generation.append(_generation_row(backend, packaged_dir(name), Path(tmp)))
     if json_out:
         print(json.dumps({"forward": rows, "generate": generation}, indent=2))
     else:
@@ -157,10 +160,11 @@ def run_demo(json_out: bool = False, backends: list[str] | None = None) -> int:
         print()
         print(_generation_table(generation))
         for row in generation:
-            print(f"\n[{row['backend']}] {row['recipe']}: {row['text']!r}")
+            print(f"\n[{row['backend']}] " + (f"{row['recipe']}: {row['text']!r}" if "failed" not in row
+                                               else row["failed"]))
         if "executorch" not in backends:
             print("\nExecuTorch left out (a SmolLM2 export takes it 5-7 min here): hfexport demo --backends executorch")
-    ok = all(r["ok"] for r in rows) and all(r["same_text"] for r in generation)
+    ok = all(r["ok"] for r in rows) and all(r.get("same_text") for r in generation)
     return 0 if ok else 1
 
 
@@ -187,6 +191,7 @@ def _generation_table(rows: list[dict[str, Any]]) -> str:
     body = [
         [r["backend"], f"{r['export_s']:.1f}", f"{r['size_mb']:.1f} ({r['size_mb'] / r['weights_mb']:.2f}x)",
          f"{r['tokens_per_s']:.1f}", f"{r['eager_tokens_per_s']:.1f}", "yes" if r["same_text"] else "NO"]
+        if "failed" not in r else [r["backend"], "–", "–", "–", "–", "NO"]
         for r in rows
     ]
     return _render(header, body)

@@ -14,7 +14,6 @@ Example:
 from __future__ import annotations
 
 import argparse
-import copy
 import json
 from pathlib import Path
 from typing import Any
@@ -101,13 +100,14 @@ def _load_model(args: argparse.Namespace, progress: Progress) -> tuple[Any, Any]
     return model, processor
 
 
-def _generation_config(model: Any, args: argparse.Namespace) -> Any:
-    """The model's own generation config with the cache settings merged in (never replaced: its eos, pad and
-    decoder-start ids stay)."""
-    gen = copy.deepcopy(model.generation_config)
-    if args.static_cache is not None:
-        gen.cache_implementation, gen.max_cache_len = "static", args.static_cache
-    return gen
+def _cache_settings(args: argparse.Namespace) -> Any:
+    """The cache settings asked for, as a generation config the exporter merges into the model's own (its eos, pad
+    and decoder-start ids stay); None for the model's own as it is (a dynamic cache)."""
+    if args.static_cache is None:
+        return None
+    from transformers import GenerationConfig
+
+    return GenerationConfig(cache_implementation="static", max_cache_len=args.static_cache)
 
 
 def cmd_export(args: argparse.Namespace) -> int:
@@ -139,7 +139,7 @@ def cmd_export(args: argparse.Namespace) -> int:
         # its static cache is kept as state in the program: buffers of one fixed batch, and on device that is 1
         inputs = {k: v[:1] if hasattr(v, "shape") else v for k, v in inputs.items()}
         progress.note("ExecuTorch keeps the static cache inside the program, at a fixed batch: traced with batch 1")
-    gen = _generation_config(model, args) if for_generation else None
+    gen = _cache_settings(args)
     with progress.stage("export", f"{args.format} ({'dynamic' if dynamic else 'static'} shapes"
                         + (", for generation" if for_generation else "") + ")"):
         if for_generation:
@@ -152,7 +152,7 @@ def cmd_export(args: argparse.Namespace) -> int:
         if processor is not None and hasattr(processor, "save_pretrained"):
             processor.save_pretrained(args.output)
     with progress.stage("validate", "against eager PyTorch"):
-        check, report = _validate(exported, model, inputs, gen)
+        check, report = _validate(exported, model, inputs, for_generation)
     summary = {
         "model": args.model,
         "architecture": type(model).__name__,
@@ -181,12 +181,12 @@ def cmd_export(args: argparse.Namespace) -> int:
     return 0 if check["passed"] else 1
 
 
-def _validate(exported: Any, model: Any, inputs: dict, gen: Any) -> tuple[dict[str, Any], Any]:
+def _validate(exported: Any, model: Any, inputs: dict, for_generation: bool) -> tuple[dict[str, Any], Any]:
     """``hfexport.validate``: every output leaf against eager's, or greedy generation token for token (and the
     teacher-forced logits of a decoder)."""
     from ..validation import validate
 
-    if gen is None:
+    if not for_generation:
         report = validate(exported, model, inputs)
         worst = max((leaf.max_abs_diff for leaf in report.leaves.values()), default=0.0)
         return {"passed": report.passed, "max_abs_diff": worst}, report

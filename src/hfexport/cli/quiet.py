@@ -63,7 +63,7 @@ def quiet_terminal(verbose: bool = False) -> Iterator[None]:
         for name in NOISY_LOGGERS:
             logging.getLogger(name).setLevel(logging.ERROR)
         _quiet_progress_bars()
-        if _real_stderr():
+        if _real_stderr() and not _terminal:  # (a command run by a command, the demo's: already quiet)
             sys.stderr.flush()
             saved_fd = os.dup(2)
             devnull = os.open(os.devnull, os.O_WRONLY)
