@@ -109,6 +109,7 @@ def test_generation_is_announced_on_stderr(tmp_path, capsys):
     (["--static-cache", "0"], "--static-cache must be a positive number"),
     (["--no-for-generation", "--multi-token"], "drop --no-for-generation"),
     (["--multi-token", "--no-dynamic"], "needs a dynamic query axis"),
+    (["--format", "openvino", "--ort-fusions", "cpu"], "--ort-fusions is an ONNX Runtime option"),
     (["--format", "dynamo", "--quantize", "ort-dynamic"], "cannot quantize a 'dynamo' export"),
 ])
 def test_bad_options_are_refused_before_the_model_loads(tmp_path, capsys, monkeypatch, options, message):
@@ -191,3 +192,18 @@ def test_a_long_stage_shows_its_elapsed_time_while_it_runs(capsys):
     assert running and running[0].startswith("  [lower] decode: still running, ")
     assert all(line.startswith(("  [lower] decode: still running, ", "[export]: still running, ")) for line in running)
     assert "  [lower] decode: 2.0s" in lines and lines[-1].startswith("[export] done in ")
+
+
+def test_ort_fusions_reach_the_onnx_graph(tmp_path, capsys):
+    import onnx
+
+    folder, _ = _model_dir(tmp_path)
+    domains = {}
+    for name, extra in (("plain", []), ("fused", ["--ort-fusions", "cpu"])):
+        out = tmp_path / name
+        assert main(["export", str(folder), "--format", "onnx", "--output", str(out), "--static-cache", "32",
+                     "--multi-token", "--json", *extra]) == 0
+        assert json.loads(capsys.readouterr().out)["same_tokens"] is True
+        graph = onnx.load(str(next(out.glob("*.onnx"))), load_external_data=False).graph
+        domains[name] = {node.domain for node in graph.node}
+    assert "com.microsoft" not in domains["plain"] and "com.microsoft" in domains["fused"]

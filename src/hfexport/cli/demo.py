@@ -97,8 +97,9 @@ def _generation_row(backend: str, model_dir: Path, workdir: Path) -> dict[str, A
     """SmolLM2 for generation through the commands: ``export`` (its recipe), ``run``, ``validate``, and ``bench``
     against eager in the same run."""
     out_dir = workdir / f"smollm2-generate-{backend}"
+    options = [f"--{k.replace('_', '-')}={v}" for k, v in _RECIPE_OPTIONS.get(backend, {}).items()]
     status, exported = _command(["export", str(model_dir), "--format", backend, "--output", str(out_dir),
-                                 "--static-cache", str(_STATIC_CACHE_LEN), "--multi-token"])
+                                 "--static-cache", str(_STATIC_CACHE_LEN), "--multi-token", *options])
     if status != 0 or not exported:
         return {"backend": backend, "failed": f"hfexport export exited {status}"}
     _, ran = _command(["run", str(out_dir), "--prompt", _PROMPTS[0], "--max-new-tokens", str(_GENERATE_TOKENS)])
@@ -108,7 +109,8 @@ def _generation_row(backend: str, model_dir: Path, workdir: Path) -> dict[str, A
     export_s = sum(s["seconds"] for s in exported["stages"] if s["stage"] in ("export", "save"))
     return {
         "backend": backend,
-        "recipe": f"static cache {_STATIC_CACHE_LEN}, one multi-token decode graph",
+        "recipe": f"static cache {_STATIC_CACHE_LEN}, one multi-token decode graph"
+        + "".join(f", {o}" for o in options),
         "export_s": round(export_s, 1),
         "size_mb": round(exported["bytes"] / 1e6, 1),
         "weights_mb": round(_dir_bytes(model_dir, "*.safetensors") / 1e6, 1),

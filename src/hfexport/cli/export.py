@@ -49,6 +49,8 @@ def add_export_parser(subparsers: Any) -> argparse.ArgumentParser:
                    help="symbolic shapes, Dim.AUTO on every dim (default: on for generation, off for one graph)")
     p.add_argument("--dtype", choices=list(DTYPES), default="fp32", help="the weights' dtype (default: fp32)")
     p.add_argument("--device", default="cpu", choices=["cpu", "cuda"], help="where to trace (default: cpu)")
+    p.add_argument("--ort-fusions", choices=["cpu", "cuda", "webgpu", "dml"],
+                   help="ONNX only: fuse into ONNX Runtime's contrib ops for that execution provider")
     p.add_argument("--quantize", choices=RECIPES,
                    help="post-training quantization recipe (see hfexport.quantizers.presets)")
     p.add_argument("--calibration", type=Path, metavar="FILE",
@@ -75,6 +77,8 @@ def _check_options(args: argparse.Namespace) -> None:
 
         if not torch.cuda.is_available():
             problems.append("--device cuda: this machine has no CUDA device (torch.cuda.is_available() is False)")
+    if args.ort_fusions is not None and args.format != "onnx":
+        problems.append(f"--ort-fusions is an ONNX Runtime option; drop it for --format {args.format}")
     if args.output.exists() and not args.output.is_dir():
         problems.append(f"--output {args.output} exists and is not a folder")
     if problems:
@@ -128,7 +132,8 @@ def cmd_export(args: argparse.Namespace) -> int:
             progress.note(f"{type(model).__name__} generates ({task}): exporting its generation components "
                           "(--no-for-generation exports one forward graph)")
     dynamic = args.dynamic if args.dynamic is not None else for_generation
-    config = AutoExportConfig.from_dict({"export_format": args.format, "dynamic": dynamic})
+    options = {"ort_fusions": args.ort_fusions} if args.ort_fusions else {}
+    config = AutoExportConfig.from_dict({"export_format": args.format, "dynamic": dynamic, **options})
     if make_quantizer is not None:
         config.quantizer = make_quantizer(getattr(processor, "tokenizer", processor))
     exporter = AutoHfExporter.from_config(config)
