@@ -68,6 +68,7 @@ class ModelRunner:
         self.metadata = metadata
         self._traced_keys = [k for k, v in metadata.kwargs.items() if v.traced]
         self._flags = {k for k, v in metadata.kwargs.items() if not v.traced}
+        self._constants = {k for k, v in metadata.kwargs.items() if v.kind is KwargKind.CONSTANT}
         self._tensor_inputs = list(metadata.inputs)
         self._input_dtypes = [torch_dtype(s.dtype) for s in self._tensor_inputs]
         self._out_spec = load_spec(metadata.out_spec) if metadata.out_spec else None
@@ -147,7 +148,7 @@ class ModelRunner:
         selected: dict[str, Any] = {}
         missing = []
         for key in self._traced_keys:
-            constant = self.metadata.kwargs[key].kind is KwargKind.CONSTANT
+            constant = key in self._constants  # read once at init: this runs at every decode step
             if key in kwargs:
                 value = kwargs[key]
                 if constant:
