@@ -194,7 +194,7 @@ class HfExporter(abc.ABC):
         metadata = decode.metadata
         if not multi_token_decode or metadata.cache_type != "StaticCache":
             return False
-        ids = next((s for s in metadata.inputs if s.name == "input_ids"), None)
+        ids = metadata.input_spec("input_ids")
         if ids is None or len(ids.shape) != 2 or not isinstance(ids.shape[1], str):
             return False  # the query axis was fixed at trace time: the graph cannot take a whole prompt
         tensors = {k for k, v in prefill_inputs.items() if isinstance(v, torch.Tensor)}
@@ -454,7 +454,7 @@ def _check_stage_shapes(
 
 def _check_query_axis(metadata: ExportMetadata) -> None:
     """A multi-token decode graph whose query axis came out fixed at several tokens cannot run a one-token step."""
-    ids = next((s for s in metadata.inputs if s.name in ("input_ids", "decoder_input_ids")), None)
+    ids = metadata.input_spec("input_ids", "decoder_input_ids")
     if ids is not None and len(ids.shape) == 2 and isinstance(ids.shape[1], int) and ids.shape[1] > 1:
         raise UnsupportedError(
             f"the decode graph was exported for multi_token_decode=True, but its query axis came out fixed at "
@@ -473,7 +473,7 @@ def _rereads(components: Mapping[str, Any], decode: ExportedComponent) -> bool:
         return False
     if not rereads_sequence([components["prefill"][1], components["decode"][1]]):
         return False
-    ids = next((s for s in decode.metadata.inputs if s.name == "input_ids"), None)
+    ids = decode.metadata.input_spec("input_ids")
     if ids is None or len(ids.shape) != 2 or isinstance(ids.shape[1], int):
         raise UnsupportedError(
             f"{decode.metadata.architecture} keeps no cache: generate() runs it on the whole sequence at every "

@@ -316,6 +316,10 @@ class ExportMetadata:
     def __post_init__(self) -> None:
         self.kwargs = {k: v if isinstance(v, KwargSpec) else KwargSpec(v) for k, v in self.kwargs.items()}
 
+    def input_spec(self, *names: str) -> TensorSpec | None:
+        """The first flat input named one of ``names`` (``"input_ids"``), or None."""
+        return next((s for s in self.inputs if s.name in names), None)
+
     @property
     def cache_kwarg(self) -> str | None:
         """The kwarg that takes the cache (``past_key_values``), or None for a graph without one."""

@@ -328,18 +328,22 @@ def _pad_id(model: torch.nn.Module) -> int:
     return 0
 
 
+def _first_ids(exported: Any) -> Any:
+    """The ``input_ids`` spec of the export's first graph (the prefill, else its only component), or None."""
+    first = exported.components.get("prefill") or next(iter(exported.components.values()))
+    return first.metadata.input_spec("input_ids")
+
+
 def _static_prompt(exported: Any) -> bool:
     """Whether the first graph of the export was traced with a fixed prompt shape (static shapes): it then runs only
     on prompts of the sample's shape."""
-    first = exported.components.get("prefill") or next(iter(exported.components.values()))
-    spec = next((s for s in first.metadata.inputs if s.name == "input_ids"), None)
+    spec = _first_ids(exported)
     return spec is not None and all(isinstance(d, int) for d in spec.shape)
 
 
 def _fixed_batch(exported: Any) -> int | None:
     """The batch size the first graph was traced with when it is fixed (None when it is dynamic)."""
-    first = exported.components.get("prefill") or next(iter(exported.components.values()))
-    spec = next((s for s in first.metadata.inputs if s.name == "input_ids"), None)
+    spec = _first_ids(exported)
     return spec.shape[0] if spec is not None and spec.shape and isinstance(spec.shape[0], int) else None
 
 

@@ -195,7 +195,7 @@ def _prefill_positions(exported: Any, lm: Component, input_ids: torch.Tensor, ma
                        inputs: dict) -> torch.Tensor:
     """The prompt's position ids as ``generate()`` builds them: ``[b, s]``, or ``[4, b, s]`` for M-RoPE."""
     text = (mask2d.long().cumsum(-1) - 1).masked_fill(mask2d == 0, 0)
-    spec = next((s for s in lm.metadata.inputs if s.name == "position_ids"), None)
+    spec = lm.metadata.input_spec("position_ids")
     shape = (spec.example_shape or spec.shape) if spec is not None else []
     if len(shape) != 3:
         return text
