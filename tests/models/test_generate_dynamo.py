@@ -175,3 +175,32 @@ def test_capture_leaves_model_inputs_and_generation_config_unchanged():
     assert all(torch.equal(inputs[k], v) for k, v in snapshot.items())
     assert parts["decode"][1]["input_ids"].shape == (2, 2)  # two decode steps merged
     assert type(parts["decode"][1]["past_key_values"].layers[0]).__name__ == "StaticLayer"  # no sliding layer
+
+
+class _Recorder:
+    """A streamer that keeps every ``put`` (as lists) and counts ``end`` calls."""
+
+    def __init__(self):
+        self.puts, self.ends = [], 0
+
+    def put(self, value):
+        self.puts.append(value.tolist())
+
+    def end(self):
+        self.ends += 1
+
+
+@pytest.mark.parametrize("family", ["t5", "whisper", "llama"])
+def test_the_streamer_gets_what_model_generate_hands_it(family):
+    """model.generate hands a streamer the (decoder) prompt first, then each token: transformers' TextStreamer
+    with skip_prompt=True relies on it, for encoder-decoders too (their prompt is the decoder start token)."""
+    case = TINY_CASES[family]
+    model = case.build()
+    sample = _text_inputs(case, 1, 6)
+    exported = DynamoExporter().export_for_generation(model, sample, DynamoConfig(dynamic=True))
+    eager, got = _Recorder(), _Recorder()
+    with torch.no_grad():
+        model.generate(**copy.deepcopy(sample), max_new_tokens=6, do_sample=False, streamer=eager)
+    exported.generate(**copy.deepcopy(sample), max_new_tokens=6, streamer=got)
+    assert eager.ends == 1 and len(eager.puts) > 2
+    assert got.puts == eager.puts and got.ends == eager.ends

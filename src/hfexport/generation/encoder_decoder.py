@@ -64,7 +64,9 @@ def generate_encoder_decoder(exported: Any, gen: Any, streamer: Any, inputs: dic
         state["length"] += 1
         return state["out"].logits
 
-    sequences = decode_loop(gen, streamer, decoder_ids, out.logits, step, stream_prompt=False)
+    # model.generate streams the decoder prompt (the start token) first, as a decoder-only model's prompt: a
+    # TextStreamer(skip_prompt=True) then skips exactly it
+    sequences = decode_loop(gen, streamer, decoder_ids, out.logits, step)
     if exported.components["prefill"].metadata.architecture in _RETURNS_NEW_TOKENS_ONLY:
         return sequences[:, 1:]
     return sequences

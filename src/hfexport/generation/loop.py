@@ -221,10 +221,10 @@ class TextState:
 
 
 def decode_loop(gen: Any, streamer: Any, sequences: torch.Tensor, logits: torch.Tensor,
-                step: Any, stream_prompt: bool = True) -> torch.Tensor:
+                step: Any) -> torch.Tensor:
     """Pick tokens until EOS on every row or ``max_new_tokens``; ``step(token)`` runs the next call -> logits."""
     selector = _Selector(gen, sequences.shape[0], sequences.device)
-    if streamer is not None and stream_prompt:
+    if streamer is not None:
         streamer.put(sequences.cpu())
     for index in range(gen.max_new_tokens):
         token = selector(sequences, logits[:, -1, :])
