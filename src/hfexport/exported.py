@@ -14,6 +14,7 @@ from .configs import ExportFormat, parse_format
 from .errors import HfExportError, ManifestError, UnsupportedError
 from .manifest import MANIFEST_NAME, parse_manifest, read_manifest, write_export
 from .metadata import ExportMetadata
+from .pytrees import register_spec_types
 
 __all__ = ["ExportedModel", "ExportedComponent"]
 
@@ -238,6 +239,7 @@ class ExportedModel:
         for name, entry in manifest["components"].items():
             program_file = entry.get("program", entry["files"][0])
             metadata = _metadata(root, name, entry["metadata"])
+            register_spec_types(metadata.in_spec, metadata.out_spec)  # the program's specs name them too
             if program_file not in programs:
                 with _as_manifest_error(root, program_file, f"the {manifest['export_format']} program"):
                     programs[program_file] = exporter.load_program(Path(locations[program_file]))

@@ -23,6 +23,7 @@ __all__ = [
     "spec_leaf_names",
     "dump_spec",
     "load_spec",
+    "register_spec_types",
     "tensor_leaves",
     "get_leaf_tensors",
 ]
@@ -83,8 +84,17 @@ def dump_spec(spec: pytree.TreeSpec) -> str:
 
 def load_spec(text: str) -> pytree.TreeSpec:
     """Load a spec saved by :func:`dump_spec`, first registering the cache/output classes it names."""
-    ensure_registered(cache_class_paths(json.loads(text)))
+    register_spec_types(text)
     return pytree.treespec_loads(text)
+
+
+def register_spec_types(*texts: str | None) -> None:
+    """Import and register the transformers classes the saved specs ``texts`` name (caches are registered here; a
+    ``ModelOutput`` registers itself when its module is imported), so that a program whose own tree specs name
+    them (``torch.export.load`` of a ``.pt2``) loads in a process that never imported the model's module."""
+    for text in texts:
+        if text:
+            ensure_registered(cache_class_paths(json.loads(text)))
 
 
 def tensor_leaves(tree: Any) -> list[torch.Tensor]:
