@@ -411,7 +411,9 @@ def _validate_generation(exported: Any, model: torch.nn.Module, inputs: Mapping[
                          quantized: bool) -> tuple[dict[str, LeafReport], GenerationReport | None, list[str]]:
     prompt, notes = _prompts(exported, model, inputs)
     asked = dict(generate) if isinstance(generate, Mapping) else {}
-    prompt_len = prompt["input_ids"].shape[-1]
+    # the decoder's prompt: an encoder-decoder's decoder starts from one token (its encoder input may be audio)
+    encoder_decoder = "encoder" in exported.components
+    prompt_len = 1 if encoder_decoder else prompt["input_ids"].shape[-1]
     new, more = _new_tokens(exported, model, prompt_len, asked.pop("max_new_tokens", None))
     notes += more
     # min_new_tokens: an early EOS would end the check before the window
@@ -437,10 +439,16 @@ def _validate_generation(exported: Any, model: torch.nn.Module, inputs: Mapping[
         return leaves, None, problems
     with torch.no_grad():
         got_ids = exported.generate(**copy.deepcopy(prompt), **kwargs)
-    lengths = prompt["attention_mask"].sum(-1).tolist() if "attention_mask" in prompt else \
-        [prompt_len] * prompt["input_ids"].shape[0]
+    if encoder_decoder or "attention_mask" not in prompt:
+        lengths = [prompt_len] * len(eager_new)
+    else:
+        lengths = prompt["attention_mask"].sum(-1).tolist()
     eager_rows = eager_new.tolist()
-    got_rows = [row[start:].tolist() for row in got_ids]
+    # model.generate of some encoder-decoders (Whisper) drops the decoder start token from a tensor it returns but
+    # keeps it in return_dict_in_generate's sequences: the export's new tokens are its last ones (every row runs to
+    # min_new_tokens, rows that end early are padded to the longest)
+    got_start = max(got_ids.shape[-1] - eager_new.shape[-1], 0) if encoder_decoder else start
+    got_rows = [row[got_start:].tolist() for row in got_ids]
     if len(got_rows) != len(eager_rows):
         problems.append(f"generation: the export returned {len(got_rows)} rows, eager {len(eager_rows)}")
     first = [_first_difference(e, g) for e, g in zip(eager_rows, got_rows)]
