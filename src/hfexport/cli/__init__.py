@@ -89,6 +89,11 @@ def main(argv: list[str] | None = None) -> int:
         except HfExportError as e:
             print(f"hfexport: error: {e}", file=terminal())
             return 2
+        except BrokenPipeError:  # the reader went away (`hfexport run ... | head`): stop quietly, as cat does
+            import os
+
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at interpreter exit
+            return 141
         except Exception as e:  # noqa: BLE001 - one line with what to do; the traceback with -v
             if args.verbose:
                 raise

@@ -28,27 +28,57 @@ def load_model_and_processor(
         model = cls.from_pretrained(model_id, attn_implementation="eager", dtype=dtype)
     model.to(device).eval()
     processor = None
-    for loader in (AutoTokenizer, AutoProcessor):
+    # the processor first (image / audio models: it holds the tokenizer too); a text model's is its tokenizer
+    for loader in (AutoProcessor, AutoTokenizer):
         try:
             processor = loader.from_pretrained(model_id)
-            break
-        except (OSError, ValueError, KeyError, TypeError):
+        except (OSError, ValueError, KeyError, TypeError, ImportError, AttributeError):
             continue
+        if loader is AutoTokenizer or callable(processor):
+            break
     return model, processor
 
 
 def sample_inputs(model: torch.nn.Module, processor: Any) -> dict[str, Any]:
     """Small, representative forward (or generate) kwargs on the model's device: two prompts (left-padded for a
-    decoder that generates) for text models, a random image for vision ones, a second of audio features for speech
-    ones."""
+    decoder that generates) for text models, the same two with a synthetic image each through the processor for
+    image-text-to-text ones, a random image for vision ones, a second of audio features for speech ones."""
     device = next((p.device for p in model.parameters()), torch.device("cpu"))
     inputs = _sample_inputs(model, processor)
     return {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in inputs.items()}
 
 
+def _image_text_inputs(processor: Any) -> dict[str, Any]:
+    """Two prompts of different lengths, one synthetic image each, left-padded: what the image-text-to-text
+    export is traced and validated with."""
+    from .media import image_prompt, synthetic_image
+
+    tokenizer = processor.tokenizer
+    if getattr(tokenizer, "pad_token", "x") is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    side = tokenizer.padding_side
+    tokenizer.padding_side = "left"
+    try:
+        texts = [image_prompt(processor, prompt) for prompt in _PROMPTS]
+        return dict(processor(text=texts, images=[synthetic_image(processor, i) for i in range(len(texts))],
+                              padding=True, return_tensors="pt"))
+    finally:
+        tokenizer.padding_side = side
+
+
 def _sample_inputs(model: torch.nn.Module, processor: Any) -> dict[str, Any]:
+    from ..capture.multimodal import is_multimodal
+
     config = model.config
     main_input = getattr(model, "main_input_name", "input_ids")
+    if is_multimodal(model):
+        if processor is None or not hasattr(processor, "image_processor") or not hasattr(processor, "tokenizer"):
+            raise ValueError(
+                f"{type(model).__name__} takes images, and its folder has no processor (tokenizer + image "
+                "processor) to build sample inputs with; save AutoProcessor.from_pretrained(MODEL) in it, or "
+                "export it from Python with your own inputs"
+            )
+        return _image_text_inputs(processor)
     if main_input == "input_ids":
         if processor is not None and callable(processor):
             if getattr(processor, "pad_token", "x") is None:
@@ -71,9 +101,11 @@ def _sample_inputs(model: torch.nn.Module, processor: Any) -> dict[str, Any]:
             mask[1, :3] = 0  # a left-padded row: the export keeps the mask, and generates padded batches
         return {"input_ids": ids, "attention_mask": mask}
     if main_input == "input_features":
+        from .media import synthetic_audio
+
         extractor = getattr(processor, "feature_extractor", processor)
         rate = getattr(extractor, "sampling_rate", 16000)
-        audio = torch.randn(rate, generator=torch.Generator().manual_seed(0)).numpy() * 0.1
+        audio = synthetic_audio(rate)
         if extractor is not None and callable(extractor):
             return {"input_features": extractor(audio, sampling_rate=rate, return_tensors="pt").input_features}
         bins = getattr(config, "num_mel_bins", 80)

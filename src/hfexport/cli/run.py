@@ -1,4 +1,5 @@
-"""``hfexport run DIR --prompt ... | --chat``: generate text with an exported model folder and its tokenizer.
+"""``hfexport run DIR --prompt ... | --chat | --image FILE | --audio FILE``: generate text with an exported model
+folder and its tokenizer (or processor).
 
 The folder is what ``ExportedModel.save_pretrained`` wrote (``export_for_generation`` components) plus a tokenizer
 saved beside it (``tokenizer.save_pretrained(DIR)``). The text goes to stdout; the timings (load, prefill, decode
@@ -11,8 +12,14 @@ the whole conversation so far and streams the reply to stdout as it is generated
 Generation arguments (``--num-beams``, ``--repetition-penalty``, ...) are passed to ``ExportedModel.generate``;
 one that it does not honour yet is refused by name before anything loads, never dropped.
 
+``--image FILE`` (an image-text-to-text export) and ``--audio FILE`` (a speech export, WAV) go through the processor
+saved in the folder, as ``processor(text=..., images=...)`` / ``feature_extractor(audio)`` would for
+``model.generate``; the image is placed in the prompt with the processor's chat template or its image token.
+
 Example:
     $ hfexport run exported/ --prompt "The capital of France is" --max-new-tokens 16
+    $ hfexport run exported-vlm/ --image cat.png --prompt "What is in the picture?"
+    $ hfexport run exported-whisper/ --audio speech.wav
     $ printf 'Hi!\\nTell me more.\\n' | hfexport run exported/ --chat --max-new-tokens 32
 """
 
@@ -30,7 +37,7 @@ from ..errors import HfExportError, UnsupportedError
 from .quiet import terminal
 from .timing import TextPrinter, timed_generate
 
-__all__ = ["add_run_parser", "cmd_run", "run", "chat", "main", "has_tokenizer",
+__all__ = ["add_run_parser", "cmd_run", "run", "chat", "main", "has_tokenizer", "load_processor", "media_inputs",
            "load_tokenizer", "load_generation_export", "check_vocab", "vocab_size", "generation_kwargs"]
 
 # Any one of these in a folder means a tokenizer was saved there.
@@ -78,6 +85,12 @@ def add_run_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--repetition-penalty", type=float, default=None)
     p.add_argument("--no-repeat-ngram-size", type=int, default=None)
     p.add_argument("--min-new-tokens", type=int, default=None, help="no end-of-sequence before N new tokens")
+    p.add_argument("--image", type=Path, action="append", default=None, metavar="FILE",
+                   help="an image for an image-text-to-text export (repeat for several); the folder's processor "
+                        "places it in the prompt (its chat template, or its image token)")
+    p.add_argument("--audio", type=Path, default=None, metavar="FILE",
+                   help="a WAV file for a speech export (Whisper, ...): the folder's feature extractor turns it into "
+                        "the model's input (resampled to its rate); the transcript is printed")
     p.add_argument("--seed", type=int, default=None, help="seed torch's RNG (for sampling)")
     p.add_argument("--json", action="store_true", help="print one JSON object (with --chat: at the end, no stream)")
     p.set_defaults(func=cmd_run)
@@ -213,30 +226,97 @@ def _generate(exported: Any, inputs: dict[str, Any], generation: dict[str, Any],
               ) -> tuple[list[int], dict[str, Any]]:
     # beam search takes no streamer (as model.generate): no prefill/decode split, and the text comes at the end
     timed = (generation.get("num_beams") or 1) == 1
-    return timed_generate(exported.generate, inputs, streamer=printer if timed else None, timed=timed, **generation)
+    prompt_len = 0 if "encoder" in exported.components else None  # an encoder-decoder's sequences hold no prompt
+    return timed_generate(exported.generate, inputs, streamer=printer if timed else None, timed=timed,
+                          prompt_len=prompt_len, **generation)
+
+
+# --- images and audio ----------------------------------------------------------------------------------------------
+
+
+def load_processor(directory: Path, need: str) -> tuple[Any, Any]:
+    """``(processor, tokenizer)`` saved in ``directory`` for ``need`` (``"image"`` or ``"audio"``): the folder's
+    ``AutoProcessor``, or its image processor / feature extractor and tokenizer saved apart."""
+    from transformers import AutoFeatureExtractor, AutoImageProcessor, AutoProcessor
+
+    from .media import processor_parts
+
+    directory = Path(directory)
+    part = "image_processor" if need == "image" else "feature_extractor"
+    try:
+        processor = AutoProcessor.from_pretrained(str(directory), local_files_only=True)
+    except (OSError, ValueError, KeyError, TypeError, ImportError, AttributeError):
+        processor = None
+    tokenizer, image_processor, feature_extractor = processor_parts(processor)
+    if (image_processor if need == "image" else feature_extractor) is not None and tokenizer is not None:
+        return processor, tokenizer
+    loader = AutoImageProcessor if need == "image" else AutoFeatureExtractor
+    try:
+        alone = loader.from_pretrained(str(directory), local_files_only=True)
+    except (OSError, ValueError, KeyError, TypeError, ImportError) as e:
+        raise UnsupportedError(
+            f"--{need}: {directory} holds no {part.replace('_', ' ')} ({type(e).__name__}: {e}); save the model's "
+            f"processor beside the export: AutoProcessor.from_pretrained(MODEL).save_pretrained({str(directory)!r})"
+        ) from e
+    return alone, tokenizer if tokenizer is not None else load_tokenizer(directory)
+
+
+def media_inputs(directory: Path, prompt: str | None, images: list[Path] | None, audio: Path | None
+                 ) -> tuple[dict[str, Any], Any]:
+    """The generate inputs for ``--image`` files and the prompt (the processor's whole output: pixel values,
+    grids, token types, ...) or for an ``--audio`` file (its features), and the tokenizer that decodes the reply."""
+    from .media import image_prompt, load_audio, load_image
+
+    if images:
+        processor, tokenizer = load_processor(directory, "image")
+        if not callable(processor) or not hasattr(processor, "image_processor"):
+            raise UnsupportedError(
+                f"--image: {directory} holds an image processor but no processor that joins it with the text "
+                "(processor_config.json); save AutoProcessor.from_pretrained(MODEL) beside the export"
+            )
+        pictures = [load_image(path) for path in images]
+        text = image_prompt(processor, prompt if prompt is not None else "Describe the image.", len(pictures))
+        encoded = processor(text=[text], images=pictures, return_tensors="pt")
+        return dict(encoded), tokenizer
+    extractor, tokenizer = load_processor(directory, "audio")
+    extractor = getattr(extractor, "feature_extractor", extractor)
+    rate = int(getattr(extractor, "sampling_rate", 16000))
+    samples = load_audio(audio, rate)
+    encoded = extractor(samples, sampling_rate=rate, return_tensors="pt")
+    return {k: v for k, v in encoded.items() if k in ("input_features", "input_values", "attention_mask")}, tokenizer
 
 
 # --- one prompt ------------------------------------------------------------------------------------------------
 
 
-def run(directory: Path, prompt: str, *, chat: bool = False, generation: dict[str, Any] | None = None,
-        seed: int | None = None) -> dict[str, Any]:
-    """Load ``directory``, generate for ``prompt``, and return the text, the token ids and the timings."""
+def run(directory: Path, prompt: str | None, *, chat: bool = False, generation: dict[str, Any] | None = None,
+        seed: int | None = None, images: list[Path] | None = None, audio: Path | None = None) -> dict[str, Any]:
+    """Load ``directory``, generate for ``prompt`` (with ``images``, or for ``audio``), and return the text, the
+    token ids and the timings."""
     import torch
 
     directory = Path(directory)
     _check_folder(directory)
-    tokenizer = load_tokenizer(directory)
+    if images or audio is not None:
+        if images and audio is not None:
+            raise UnsupportedError("--image and --audio exclude each other: an export takes one kind of media")
+        if audio is not None and prompt is not None:
+            raise UnsupportedError("--prompt with --audio: a decoder prompt for speech models is not supported yet; "
+                                   "drop --prompt (the transcript is generated from the audio alone)")
+        inputs, tokenizer = media_inputs(directory, prompt, images, audio)
+    else:
+        tokenizer = load_tokenizer(directory)
+        inputs = _encode(tokenizer, prompt, [{"role": "user", "content": prompt}] if chat else None)
     exported, load_s = load_generation_export(directory)
-    inputs = _encode(tokenizer, prompt, [{"role": "user", "content": prompt}] if chat else None)
-    check_vocab(exported, inputs["input_ids"])
+    if "input_ids" in inputs:
+        check_vocab(exported, inputs["input_ids"])
     if seed is not None:
         torch.manual_seed(seed)
     new_ids, stats = _generate(exported, inputs, dict(generation or {}))
     return {
         "directory": str(directory),
         "text": tokenizer.decode(new_ids, skip_special_tokens=True),
-        "prompt_tokens": inputs["input_ids"].shape[-1],
+        "prompt_tokens": inputs["input_ids"].shape[-1] if "input_ids" in inputs else 0,
         "new_tokens": len(new_ids),
         "token_ids": new_ids,
         "load_s": load_s,
@@ -318,6 +398,8 @@ def _summary(new_tokens: int, prompt_tokens: int, stats: dict[str, Any], load_s:
 def cmd_run(args: argparse.Namespace) -> int:
     generation = generation_kwargs(args)  # refused flags fail here, before anything loads
     if args.chat:
+        if args.image or args.audio is not None:
+            raise UnsupportedError("--chat takes text turns only; for an image or audio prompt drop --chat")
         interactive = sys.stdin.isatty() and not args.json
         turns = user_turns(sys.stdin, args.prompt, ask=terminal() if interactive else None)
         result = chat(args.directory, turns, generation=generation, seed=args.seed, stream=not args.json)
@@ -328,9 +410,10 @@ def cmd_run(args: argparse.Namespace) -> int:
             print(f"[chat] {len(result['turns'])} turn(s); last: "
                   + _summary(last["new_tokens"], last["prompt_tokens"], last, result["load_s"]), file=terminal())
         return 0
-    if args.prompt is None:
+    if args.prompt is None and not args.image and args.audio is None:
         raise UnsupportedError("pass --prompt TEXT (or --chat to read the conversation from standard input)")
-    result = run(args.directory, args.prompt, generation=generation, seed=args.seed)
+    result = run(args.directory, args.prompt, generation=generation, seed=args.seed, images=args.image,
+                 audio=args.audio)
     if args.json:
         print(json.dumps(result, indent=2))
         return 0

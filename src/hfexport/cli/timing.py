@@ -82,13 +82,18 @@ class TextPrinter:
 
 
 def timed_generate(generate: Callable[..., Any], inputs: dict[str, Any], *, streamer: Any = None,
-                   timed: bool = True, **generation: Any) -> tuple[list[int], dict[str, Any]]:
+                   timed: bool = True, prompt_len: int | None = None, **generation: Any
+                   ) -> tuple[list[int], dict[str, Any]]:
     """``generate(**inputs, **generation)`` for one prompt, timed; returns the new token ids and the stats.
 
     The stats are :meth:`TimingStreamer.stats` (``prefill_s``, ``decode_steps``, ``decode_s``,
     ``decode_tokens_per_s``) plus ``generate_s``. ``streamer`` also receives the stream (e.g. a
     :class:`TextPrinter`). With ``timed=False`` (beam search, which takes no streamer) only ``generate_s`` is
     measured and the prefill/decode stats are ``None``.
+
+    The new tokens are the ones the stream carried after the prompt when timed; untimed, what follows the first
+    ``prompt_len`` positions (default: the length of ``input_ids``; an encoder-decoder model passes 0, its
+    sequences hold no encoder prompt).
     """
     from ..generation.streamers import TimingStreamer
 
@@ -97,8 +102,11 @@ def timed_generate(generate: Callable[..., Any], inputs: dict[str, Any], *, stre
     stream = Tee(timer, streamer) if timed else None
     sequences = generate(**inputs, **generation, **({"streamer": stream} if stream is not None else {}))
     generate_s = time.perf_counter() - start
-    prompt_len = inputs["input_ids"].shape[-1]
-    new_ids = sequences[0, prompt_len:].tolist()
+    if timer is not None:  # batch 1: the stream's tokens are the last ones of the sequence
+        new_ids = sequences[0, sequences.shape[-1] - len(timer.token_times):].tolist()
+    else:
+        start_at = inputs["input_ids"].shape[-1] if prompt_len is None else prompt_len
+        new_ids = sequences[0, start_at:].tolist()
     if timer is not None:
         stats: dict[str, Any] = timer.stats()
     else:
