@@ -16,6 +16,7 @@ import sys
 
 import pytest
 import torch
+from test_cli import foreign_lines
 from test_run_cli import _tiny_llama
 
 PROMPT = "The capital of France is"
@@ -48,6 +49,10 @@ def test_export_then_run_gives_eager_text(model_dir, tmp_path, backend):
     exported = _hfexport("export", str(folder), "--format", backend, "--output", str(out), "--static-cache", "64",
                          "--multi-token", "--json")
     assert exported.returncode == 0, exported.stderr
+    # quiet by default: no warnings, log lines, progress bars or C++ chatter of the libraries on stderr
+    assert foreign_lines(exported.stderr) == [], exported.stderr
+    for noise in ("Warning", "warn(", "torchao", "_pytree", "FutureWarning", "%|", "cpuinfo"):
+        assert noise not in exported.stderr
     summary = json.loads(exported.stdout)
     assert summary["for_generation"] and summary["same_tokens"] and summary["passed"]
     assert (out / "tokenizer.json").is_file() and (out / "export.json").is_file()

@@ -474,7 +474,9 @@ def test_an_honest_export_loads_and_runs_like_eager(fmt, saved_exports, tiny_mod
     assert torch.allclose(reloaded(**inputs()).logits, expected, atol=ATOL)
 
 
-@pytest.mark.parametrize("fmt", ["onnx", "openvino", "executorch"])
+# ExecuTorch's in the sweep, for time (a minute): by default test_cli_e2e loads a saved ExecuTorch generation
+# export (static cache, multi-token decode) through the same checks in a fresh process
+@pytest.mark.parametrize("fmt", ["onnx", "openvino", pytest.param("executorch", marks=pytest.mark.sweep)])
 def test_an_honest_generation_export_loads_and_generates_the_same(fmt, tiny_model, tmp_path):
     """Decode graphs (ONNX's shared weights file, OpenVINO's stateful variables, ExecuTorch's llama custom ops)
     pass the checks too."""

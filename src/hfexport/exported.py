@@ -120,10 +120,15 @@ class ExportedModel:
         return self.runner("model")(share_inputs=share_inputs, share_outputs=share_outputs, **kwargs)
 
     def generate(self, **kwargs: Any) -> Any:
-        """Generate with the exported components alone, like ``model.generate`` (greedy or sampling).
+        """Generate with the exported components alone, like ``model.generate`` (greedy, sampling, beam search).
 
-        Takes the processor's output and the usual generation arguments (``max_new_tokens``, ``eos_token_id``,
-        ``pad_token_id``, ``do_sample``, ``temperature``, ``top_k``, ``top_p``, ``streamer``); returns token ids.
+        Takes the processor's output and what ``model.generate`` takes: ``generation_config=``, any generation
+        config field as a keyword (penalties, bad words, suppressed and forced tokens, lengths, warpers, stop
+        strings with ``tokenizer=``), ``logits_processor=``, ``stopping_criteria=``, ``prefix_allowed_tokens_fn=``
+        and ``streamer=``; the processors and criteria are transformers' own, built as ``model.generate`` builds
+        them. Returns the token ids, or a ``GenerateDecoderOnlyOutput`` / ``GenerateEncoderDecoderOutput`` (scores,
+        logits) with ``return_dict_in_generate=True``. What it cannot honour (guidance, contrastive search,
+        attentions, assisted decoding, ...: :data:`hfexport.generation.plan.REFUSED`) is refused by name.
 
         Example:
             >>> exported = DynamoExporter().export_for_generation(model, inputs, DynamoConfig(dynamic=True))

@@ -12,8 +12,8 @@ import torch
 from hfexport import DynamoConfig, DynamoExporter
 from hfexport.testing.packaged import packaged
 
-PROMPTS = ["The capital of France is", "def fibonacci(n):", "Once upon a time, a small robot"]
-NEW_TOKENS = 64
+PROMPTS = ["The capital of France is", "def fibonacci(n):"]
+NEW_TOKENS = 40
 
 
 def test_smollm2_reloaded_in_a_new_process_generates_eager_text(tmp_path):

@@ -39,7 +39,8 @@ def _reorder(runner: Any, cache: Any, beam_idx: torch.Tensor) -> None:
             leaf.copy_(leaf.index_select(0, beam_idx))
 
 
-def _check(exported: Any, gen: Any, streamer: Any) -> None:
+def _check(exported: Any, plan: Any) -> None:
+    gen, streamer = plan.gen, plan.streamer
     fmt = str(getattr(exported.export_format, "value", exported.export_format))
     if fmt not in _REORDERABLE:
         raise UnsupportedError(
@@ -53,11 +54,15 @@ def _check(exported: Any, gen: Any, streamer: Any) -> None:
     if gen.do_sample or streamer is not None or (gen.num_return_sequences or 1) > gen.num_beams:
         raise UnsupportedError("beam search here is greedy (do_sample=False), without a streamer, and returns at most "
                                "num_beams sequences")
+    if gen.return_dict_in_generate:
+        raise UnsupportedError("beam search here returns the sequences only (no GenerateBeamDecoderOnlyOutput yet); "
+                               "drop return_dict_in_generate")
 
 
-def generate_beam(exported: Any, gen: Any, streamer: Any, inputs: dict) -> torch.Tensor:
+def generate_beam(exported: Any, plan: Any, inputs: dict) -> torch.Tensor:
     """Beam search; returns ``[batch * num_return_sequences, length]`` token ids as ``model.generate`` does."""
-    _check(exported, gen, streamer)
+    _check(exported, plan)
+    gen = plan.gen
     prefill, decode = Component(exported, "prefill"), Component(exported, "decode")
     beams, returned = int(gen.num_beams), int(gen.num_return_sequences or 1)
     input_ids = inputs.pop("input_ids")
@@ -92,8 +97,12 @@ def generate_beam(exported: Any, gen: Any, streamer: Any, inputs: dict) -> torch
     early = False if gen.early_stopping is None else gen.early_stopping
     offset = torch.arange(batch, device=dev).view(-1, 1) * beams
     cur_len = prompt_len
+    plan.attention_mask = mask2d  # the expanded rows' (a repetition penalty skips each row's padding)
+    processors = plan.processors(prompt_len, dev)  # applied to the log-probabilities, as _beam_search does
     while True:
         log_probs = torch.log_softmax(out.logits[:, -1, :].float(), dim=-1)
+        if processors:
+            log_probs = processors(running[:, :, :cur_len].reshape(batch * beams, cur_len), log_probs)
         vocab = log_probs.shape[-1]
         log_probs = (log_probs.view(batch, beams, vocab) + running_scores[:, :, None]).view(batch, -1)
         top_scores, top_indices = torch.topk(log_probs, k=keep)

@@ -11,9 +11,9 @@ from .loop import Component, TextState, decode_loop
 __all__ = ["generate_decoder", "decoder_session"]
 
 
-def generate_decoder(exported: Any, gen: Any, streamer: Any, inputs: dict) -> torch.Tensor:
-    input_ids, logits, step = decoder_session(exported, inputs, gen.max_new_tokens)
-    return decode_loop(gen, streamer, input_ids, logits, step)
+def generate_decoder(exported: Any, plan: Any, inputs: dict) -> Any:
+    input_ids, logits, step = decoder_session(exported, inputs, plan.gen.max_new_tokens)
+    return decode_loop(plan, input_ids, logits, step)
 
 
 def decoder_session(exported: Any, inputs: dict, max_new_tokens: int) -> tuple[torch.Tensor, torch.Tensor, Any]:

@@ -16,7 +16,8 @@ __all__ = ["generate_encoder_decoder"]
 _RETURNS_NEW_TOKENS_ONLY = ("WhisperForConditionalGeneration",)
 
 
-def generate_encoder_decoder(exported: Any, gen: Any, streamer: Any, inputs: dict) -> torch.Tensor:
+def generate_encoder_decoder(exported: Any, plan: Any, inputs: dict) -> Any:
+    gen = plan.gen
     encoder, prefill, decode = (Component(exported, n) for n in ("encoder", "prefill", "decode"))
     inputs = _pad_to_cross_cache(decode, inputs)
     encoder_outputs = encoder.runner(**inputs)
@@ -66,8 +67,9 @@ def generate_encoder_decoder(exported: Any, gen: Any, streamer: Any, inputs: dic
 
     # model.generate streams the decoder prompt (the start token) first, as a decoder-only model's prompt: a
     # TextStreamer(skip_prompt=True) then skips exactly it
-    sequences = decode_loop(gen, streamer, decoder_ids, out.logits, step)
-    if exported.components["prefill"].metadata.architecture in _RETURNS_NEW_TOKENS_ONLY:
+    sequences = decode_loop(plan, decoder_ids, out.logits, step)
+    if isinstance(sequences, torch.Tensor) and \
+            exported.components["prefill"].metadata.architecture in _RETURNS_NEW_TOKENS_ONLY:
         return sequences[:, 1:]
     return sequences
 

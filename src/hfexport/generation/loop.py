@@ -23,52 +23,6 @@ def eos_ids(gen: Any, device: torch.device) -> torch.Tensor | None:
     return torch.tensor(eos if isinstance(eos, list) else [eos], dtype=torch.long, device=device)
 
 
-def _warpers(gen: Any) -> Any:
-    from transformers.generation.logits_process import (
-        LogitsProcessorList,
-        TemperatureLogitsWarper,
-        TopKLogitsWarper,
-        TopPLogitsWarper,
-    )
-
-    warpers = LogitsProcessorList()
-    if gen.do_sample:
-        if gen.temperature is not None and gen.temperature != 1.0:
-            warpers.append(TemperatureLogitsWarper(gen.temperature))
-        if gen.top_k is not None and gen.top_k != 0:
-            warpers.append(TopKLogitsWarper(top_k=gen.top_k))
-        if gen.top_p is not None and gen.top_p < 1.0:
-            warpers.append(TopPLogitsWarper(top_p=gen.top_p))
-    return warpers
-
-
-class _Selector:
-    """Picks the next token of every row and tracks which rows have finished."""
-
-    def __init__(self, gen: Any, batch: int, device: torch.device):
-        self.gen = gen
-        self.eos = eos_ids(gen, device)
-        self.pad = gen.pad_token_id if gen.pad_token_id is not None else (int(self.eos[0]) if self.eos is not None else 0)
-        self.unfinished = torch.ones(batch, dtype=torch.bool, device=device)
-        self.warpers = _warpers(gen)
-        self.steps = 0
-
-    def __call__(self, sequences: torch.Tensor, logits: torch.Tensor) -> torch.Tensor:
-        logits = logits.float()
-        if self.eos is not None and self.steps < (self.gen.min_new_tokens or 0):
-            logits = logits.index_fill(-1, self.eos, float("-inf"))  # no EOS before min_new_tokens, as eager
-        self.steps += 1
-        if self.gen.do_sample:
-            scores = self.warpers(sequences, logits)
-            token = torch.multinomial(torch.softmax(scores, dim=-1), num_samples=1).squeeze(1)
-        else:
-            token = logits.argmax(dim=-1)
-        token = torch.where(self.unfinished, token, torch.full_like(token, self.pad))
-        if self.eos is not None:
-            self.unfinished &= ~torch.isin(token, self.eos)
-        return token
-
-
 # --- building step inputs ---------------------------------------------------------------------------------------
 
 
@@ -220,22 +174,54 @@ class TextState:
         return position
 
 
-def decode_loop(gen: Any, streamer: Any, sequences: torch.Tensor, logits: torch.Tensor,
-                step: Any) -> torch.Tensor:
-    """Pick tokens until EOS on every row or ``max_new_tokens``; ``step(token)`` runs the next call -> logits."""
-    selector = _Selector(gen, sequences.shape[0], sequences.device)
+def decode_loop(plan: Any, sequences: torch.Tensor, logits: torch.Tensor, step: Any) -> Any:
+    """Pick tokens as ``GenerationMixin._sample`` does, from ``logits`` (the prefill's), until the plan's stopping
+    criteria end every row; ``step(token)`` runs the next call and returns its logits. ``sequences`` holds the
+    prompt (a decoder's) or the decoder start (an encoder-decoder's). Returns the sequences, or a
+    ``GenerateDecoderOnlyOutput`` / ``GenerateEncoderDecoderOutput`` with ``return_dict_in_generate``."""
+    gen, streamer = plan.gen, plan.streamer
+    processors = plan.processors(sequences.shape[-1], sequences.device)
+    criteria = plan.criteria()
+    has_eos = any(hasattr(c, "eos_token_id") for c in criteria)
+    pad = gen._pad_token_tensor
+    unfinished = torch.ones(sequences.shape[0], dtype=torch.long, device=sequences.device)
+    keep = bool(gen.return_dict_in_generate)
+    scores: list[torch.Tensor] = []
+    raw: list[torch.Tensor] = []
     if streamer is not None:
         streamer.put(sequences.cpu())
     for index in range(gen.max_new_tokens):
-        token = selector(sequences, logits[:, -1, :])
+        next_logits = logits[:, -1, :].to(copy=True, dtype=torch.float32, device=sequences.device)
+        next_scores = processors(sequences, next_logits)
+        if keep and gen.output_scores:
+            scores.append(next_scores)
+        if keep and gen.output_logits:
+            raw.append(next_logits)
+        if gen.do_sample:
+            token = torch.multinomial(torch.softmax(next_scores, dim=-1), num_samples=1).squeeze(1)
+        else:
+            token = torch.argmax(next_scores, dim=-1)
+        if has_eos and pad is not None:
+            token = token * unfinished + pad.to(token.device) * (1 - unfinished)
         sequences = torch.cat([sequences, token[:, None]], dim=-1)
+        unfinished = unfinished & ~criteria(sequences, next_scores).to(unfinished.device)
         if streamer is not None:
             streamer.put(token.cpu())
-        if not selector.unfinished.any() or index == gen.max_new_tokens - 1:
+        if unfinished.max() == 0 or index == gen.max_new_tokens - 1:
             break
         logits = step(token)
     if streamer is not None:
         streamer.end()
-    return sequences
+    if not keep:
+        return sequences
+    return _output(plan, sequences, tuple(scores) if gen.output_scores else None,
+                   tuple(raw) if gen.output_logits else None)
 
 
+def _output(plan: Any, sequences: torch.Tensor, scores: Any, logits: Any) -> Any:
+    from transformers.generation.utils import GenerateDecoderOnlyOutput, GenerateEncoderDecoderOutput
+
+    # past_key_values stays None: the cache lives in the export's runners (or its program's state)
+    if plan.host.config.is_encoder_decoder:
+        return GenerateEncoderDecoderOutput(sequences=sequences, scores=scores, logits=logits)
+    return GenerateDecoderOnlyOutput(sequences=sequences, scores=scores, logits=logits)

@@ -41,13 +41,12 @@ _TOKEN_TYPES = ("token_type_ids", "mm_token_type_ids")
 POSITION_OFFSET = {"paligemma": 1}
 
 
-def generate_multimodal(exported: Any, gen: Any, streamer: Any, inputs: dict) -> torch.Tensor:
+def generate_multimodal(exported: Any, plan: Any, inputs: dict) -> Any:
     """Greedy/sampled generation over the components of a multimodal ``export_for_generation``.
 
     Args:
         exported: The :class:`~hfexport.ExportedModel`.
-        gen: The resolved ``GenerationConfig``.
-        streamer: Optional streamer (``put``/``end``).
+        plan: The call's :class:`~hfexport.generation.plan.GenerationPlan`.
         inputs: The processor's output: ``input_ids``, ``attention_mask``, ``pixel_values`` and what the model
             takes with them (``image_grid_thw``, ``mm_token_type_ids``...).
 
@@ -77,7 +76,7 @@ def generate_multimodal(exported: Any, gen: Any, streamer: Any, inputs: dict) ->
     positions = _prefill_positions(exported, lm, input_ids, mask2d, inputs)
     positions = positions + POSITION_OFFSET.get(getattr(config, "model_type", None), 0)
     window = getattr(_text_config(config), "sliding_window", None)
-    text = TextState(mask2d, gen.max_new_tokens, decode.cache_capacity(), window, positions=positions)
+    text = TextState(mask2d, plan.gen.max_new_tokens, decode.cache_capacity(), window, positions=positions)
 
     call = text.kwargs(lm, 0, prompt_len, lm.initial_cache(batch, input_ids.device))
     _use_model_masks(exported, lm, call, embeds, mask2d, inputs)
@@ -99,7 +98,7 @@ def generate_multimodal(exported: Any, gen: Any, streamer: Any, inputs: dict) ->
         state["cache"] = getattr(out, decode.cache_key) if decode.cache_key else None
         return out.logits
 
-    return decode_loop(gen, streamer, input_ids, logits, step)
+    return decode_loop(plan, input_ids, logits, step)
 
 
 def _use_model_masks(exported: Any, lm: Component, call: dict, embeds: torch.Tensor, mask2d: torch.Tensor,
