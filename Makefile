@@ -6,9 +6,11 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
-# Serial on purpose: two processes here run at half speed each (measured: the suite took 72 s serial, 90 s with
-# -n 2 --dist loadfile). Where cores are real, try: make test PYTEST_ARGS="-n 4 --dist loadfile --timeout=900"
-PYTEST_ARGS ?= --timeout=900
+# Two workers, one test file each at a time (module fixtures stay in one process). The suite is mostly
+# single-threaded tracing and lowering: on the 2-core machine it took 994 s with -n 2 --dist loadfile against
+# ~1800 s serial (2026-12-01; it was the other way round when the suite was 72 s of small tests). More cores:
+# make test PYTEST_ARGS="-n 4 --dist loadfile --timeout=900"; serial: PYTEST_ARGS="-p no:xdist --timeout=900"
+PYTEST_ARGS ?= -n 2 --dist loadfile --timeout=900
 
 .PHONY: venv test test-sweep demo matrix bench clean
 

@@ -148,9 +148,14 @@ def _refuse_unsupported(gen: Any) -> None:
 def _refuse_unknown_inputs(exported: Any, inputs: dict[str, Any]) -> None:
     """A model input no component was exported with is refused, as ``model.generate`` refuses a kwarg its
     model's forward does not take (``ValueError``)."""
-    known = {"input_ids", "attention_mask"}
+    from ..capture.multimodal import ENCODER_INPUT_ALIASES
+
+    # the loops read these beside the components' own kwargs: a processor's names for what an image encoder was
+    # traced with under its own (hidden_states <- pixel_values), the grids, and video inputs (refused there, by name)
+    known = {"input_ids", "attention_mask", "image_grid_thw", "video_grid_thw", "pixel_values_videos"}
     for component in exported.components.values():
         known.update(component.metadata.kwargs)
+        known.update(ENCODER_INPUT_ALIASES.get(k, k) for k in component.metadata.kwargs)
     unknown = sorted(k for k in inputs if k not in known)
     if unknown:
         raise UnsupportedError(
