@@ -5,7 +5,8 @@ backend's recommended recipe (the first row of benchmarks/RESULTS.md), exports S
 own code (each in a child process whose ``sys.path`` holds only that tree's ``src``), then times greedy decode of the
 saved exports in interleaved rounds (before, after, before, after, ...), each round in a fresh child that loads the
 export, warms it up and times ``generate``. Prints tok/s per backend and tree (all rounds), the after/before ratio
-of the best and of the median round, and whether both trees produced the same tokens. The machine's load average is printed at the start and the end.
+of the best and of the median round, and whether both trees produced the same tokens. ``--top-k K`` times top-k
+sampling (seeded) instead of greedy decode. The machine's load average is printed at the start and the end.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ CHILD = r'''
 import json, sys, time, copy
 import torch
 mode, backend, out, new_tokens = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+extra = json.loads(sys.argv[5]) if len(sys.argv) > 5 else {}  # generation arguments (top-k sampling)
 try:
     from hfexport.testing.packaged import packaged
 except ImportError:  # the tree before the testing/ package
@@ -60,9 +62,10 @@ if mode == "export":
 else:
     exported = hfexport.ExportedModel.from_pretrained(out)
     inputs = dict(tokenizer(prompt, return_tensors="pt"))
-    exported.generate(**inputs, max_new_tokens=8)  # warm-up
+    exported.generate(**inputs, max_new_tokens=8, **extra)  # warm-up
+    torch.manual_seed(0)
     start = time.perf_counter()
-    tokens = exported.generate(**inputs, max_new_tokens=new_tokens)
+    tokens = exported.generate(**inputs, max_new_tokens=new_tokens, **extra)
     seconds = time.perf_counter() - start
     new = tokens.shape[-1] - inputs["input_ids"].shape[-1]
     print(json.dumps({"tok_s": new / seconds, "new": int(new), "tokens": tokens[0].tolist(), "src": hfexport.__file__}))
@@ -90,7 +93,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--new-tokens", type=int, default=128)
     parser.add_argument("--json", type=Path, help="also write the results here")
+    parser.add_argument("--top-k", type=int, default=None,
+                        help="time top-k sampling (do_sample=True, top_k=K, torch seed 0) instead of greedy decode")
     args = parser.parse_args(argv)
+    extra = json.dumps({"do_sample": True, "top_k": args.top_k} if args.top_k else {"do_sample": False})
     print(f"[ab] load average at start: {os.getloadavg()}", flush=True)
     with tempfile.TemporaryDirectory(prefix="hfexport-ab-") as tmp:
         work = Path(tmp)
@@ -109,7 +115,8 @@ def main(argv: list[str] | None = None) -> int:
                     print(f"[ab] {backend} {tree}: exported in {record['export_s']:.1f}s", flush=True)
                 for _ in range(args.rounds):
                     for tree, src in trees.items():
-                        record = _child(src, "decode", backend, str(work / f"{backend}-{tree}"), str(args.new_tokens))
+                        record = _child(src, "decode", backend, str(work / f"{backend}-{tree}"), str(args.new_tokens),
+                                        extra)
                         row[tree]["tok_s"].append(record["tok_s"])
                         row[tree]["tokens"] = record["tokens"]
                 best = {tree: max(row[tree]["tok_s"]) for tree in trees}
