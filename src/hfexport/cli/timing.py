@@ -104,12 +104,10 @@ def timed_generate(generate: Callable[..., Any], inputs: dict[str, Any], *, stre
     generate_s = time.perf_counter() - start
     if timer is not None:  # batch 1: the stream's tokens are the last ones of the sequence
         new_ids = sequences[0, sequences.shape[-1] - len(timer.token_times):].tolist()
+        stats: dict[str, Any] = timer.stats()
     else:
         start_at = inputs["input_ids"].shape[-1] if prompt_len is None else prompt_len
         new_ids = sequences[0, start_at:].tolist()
-    if timer is not None:
-        stats: dict[str, Any] = timer.stats()
-    else:
         stats = {"prefill_s": None, "decode_steps": None, "decode_s": None, "decode_tokens_per_s": None}
     stats["generate_s"] = generate_s
     return new_ids, stats

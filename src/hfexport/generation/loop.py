@@ -184,6 +184,7 @@ def decode_loop(plan: Any, sequences: torch.Tensor, logits: torch.Tensor, step: 
     criteria = plan.criteria()
     has_eos = any(hasattr(c, "eos_token_id") for c in criteria)
     pad = gen._pad_token_tensor
+    pad = pad.to(sequences.device) if pad is not None else None  # once, not per step
     unfinished = torch.ones(sequences.shape[0], dtype=torch.long, device=sequences.device)
     keep = bool(gen.return_dict_in_generate)
     scores: list[torch.Tensor] = []
@@ -202,7 +203,7 @@ def decode_loop(plan: Any, sequences: torch.Tensor, logits: torch.Tensor, step: 
         else:
             token = torch.argmax(next_scores, dim=-1)
         if has_eos and pad is not None:
-            token = token * unfinished + pad.to(token.device) * (1 - unfinished)
+            token = token * unfinished + pad * (1 - unfinished)
         sequences = torch.cat([sequences, token[:, None]], dim=-1)
         unfinished = unfinished & ~criteria(sequences, next_scores).to(unfinished.device)
         if streamer is not None:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import functools
 from typing import Any
 
 import torch
@@ -57,6 +58,7 @@ _REFUSED_CALLS = {
 }
 
 
+@functools.cache
 def _host_class() -> type:
     from transformers.generation.utils import GenerationMixin
 
@@ -71,15 +73,9 @@ def _host_class() -> type:
     return GenerationHost
 
 
-_HOST: type | None = None
-
-
 def GenerationHost(config: Any, generation_config: Any) -> Any:  # noqa: N802 - a class built on first use
     """A host for ``GenerationMixin``'s builders (transformers is imported on first use, not with this module)."""
-    global _HOST
-    if _HOST is None:
-        _HOST = _host_class()
-    return _HOST(config, generation_config)
+    return _host_class()(config, generation_config)
 
 
 @dataclasses.dataclass
@@ -100,13 +96,14 @@ class GenerationPlan:
         """``GenerationMixin._get_logits_processor``: the call's logits processors (and warpers, when sampling)."""
         from transformers import LogitsProcessorList
 
-        mask_key = "decoder_attention_mask" if self.host.config.is_encoder_decoder else "attention_mask"
+        # a decoder's mask lets a repetition penalty skip each row's padding (an encoder-decoder's decoder has none)
+        mask = {} if self.attention_mask is None or self.host.config.is_encoder_decoder else \
+            {"attention_mask": self.attention_mask}
         return self.host._get_logits_processor(
             generation_config=self.gen, input_ids_seq_length=input_len, encoder_input_ids=self.encoder_input_ids,
             prefix_allowed_tokens_fn=self.prefix_allowed_tokens_fn,
             logits_processor=self.logits_processor if self.logits_processor is not None else LogitsProcessorList(),
-            device=device, model_kwargs={mask_key: self.attention_mask} if self.attention_mask is not None and
-            not self.host.config.is_encoder_decoder else {},
+            device=device, model_kwargs=mask,
         )
 
     def criteria(self) -> Any:
@@ -211,18 +208,12 @@ def plan_generation(exported: Any, kwargs: dict[str, Any], device: torch.device)
                           encoder_input_ids=encoder_ids, attention_mask=kwargs.get("attention_mask"))
 
 
-_FIELDS: tuple[str, ...] | None = None
-
-
+@functools.cache
 def _config_fields() -> tuple[str, ...]:
     """The generation config's fields (what ``model.generate`` reads as generation arguments)."""
-    global _FIELDS
-    if _FIELDS is None:
-        from transformers import GenerationConfig
+    from transformers import GenerationConfig
 
-        _FIELDS = tuple(k for k in GenerationConfig().to_dict() if not k.startswith("_") and
-                        k != "transformers_version")
-    return _FIELDS
+    return tuple(k for k in GenerationConfig().to_dict() if not k.startswith("_") and k != "transformers_version")
 
 
 def honoured_arguments() -> tuple[str, ...]:
