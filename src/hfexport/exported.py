@@ -128,7 +128,9 @@ class ExportedModel:
         and ``streamer=``; the processors and criteria are transformers' own, built as ``model.generate`` builds
         them. Returns the token ids, or a ``GenerateDecoderOnlyOutput`` / ``GenerateEncoderDecoderOutput`` (scores,
         logits) with ``return_dict_in_generate=True``. What it cannot honour (guidance, contrastive search,
-        attentions, assisted decoding, ...: :data:`hfexport.generation.plan.REFUSED`) is refused by name.
+        attentions, assisted decoding, ...: :data:`hfexport.generation.plan.REFUSED`) is refused by name. A Whisper
+        export generates with Whisper's own generate (``language=``, ``task=``, ``return_timestamps=``, language
+        detection, long-form segments, temperature fallback; the decoder prompt and EOS stripped).
 
         Example:
             >>> exported = DynamoExporter().export_for_generation(model, inputs, DynamoConfig(dynamic=True))

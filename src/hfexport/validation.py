@@ -444,7 +444,7 @@ def _validate_generation(exported: Any, model: torch.nn.Module, inputs: Mapping[
     else:
         lengths = prompt["attention_mask"].sum(-1).tolist()
     eager_rows = eager_new.tolist()
-    # model.generate of some encoder-decoders (Whisper) drops the decoder start token from a tensor it returns but
+    # model.generate of some encoder-decoders (Whisper) drops its decoder prompt from a tensor it returns but
     # keeps it in return_dict_in_generate's sequences: the export's new tokens are its last ones (every row runs to
     # min_new_tokens, rows that end early are padded to the longest)
     got_start = max(got_ids.shape[-1] - eager_new.shape[-1], 0) if encoder_decoder else start

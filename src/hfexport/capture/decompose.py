@@ -159,7 +159,9 @@ def decompose_prefill_decode(
         for name in set(vars(model)) - attrs_before:
             delattr(model, name)
         model.train(was_training)
-    calls = recorder.calls
+    # a forward generate() runs outside its loop, without the cache (Whisper's language detection, its no-speech
+    # check: use_cache=False) is not a step of the loop
+    calls = [c for c in recorder.calls if c.get("use_cache") is not False]
     if multi_token_decode and any(_has_recurrent_state(v) for v in calls[-1].values()):
         raise UnsupportedError(
             f"multi_token_decode is not supported for {type(model).__name__}: its forward restarts the state-space "

@@ -14,6 +14,7 @@ from .decoder import generate_decoder
 from .encoder_decoder import generate_encoder_decoder
 from .multimodal import generate_multimodal
 from .plan import honoured_arguments, plan_generation
+from .whisper import generate_whisper, uses_whisper_generate
 
 __all__ = ["generate", "GENERATION_ARGUMENTS"]
 
@@ -40,6 +41,8 @@ def generate(exported: Any, **kwargs: Any) -> Any:
 def _generate(exported: Any, kwargs: dict[str, Any]) -> Any:
     device = _loop_device(exported)
     kwargs = {k: v.to(device) if isinstance(v, torch.Tensor) and v.device != device else v for k, v in kwargs.items()}
+    if uses_whisper_generate(exported):  # the model class's own generate (prompt, processors, segments)
+        return generate_whisper(exported, kwargs, device)
     plan = plan_generation(exported, kwargs, device)
     if getattr(plan.gen, "num_beams", 1) not in (None, 1):
         # refuses, naming the backend, where the cache cannot be reordered

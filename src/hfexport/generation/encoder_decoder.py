@@ -1,4 +1,8 @@
-"""Encoder-decoder generation (T5, Whisper): the encoder once, then the decoder's prefill and decode graphs."""
+"""Encoder-decoder generation (T5, Whisper): the encoder once, then the decoder's prefill and decode graphs.
+
+The decoder starts from ``decoder_input_ids`` when the call has them (Whisper's generate passes its prompt:
+start of transcript, language, task, no-timestamps), else from the generation config's decoder start token.
+"""
 
 from __future__ import annotations
 
@@ -10,33 +14,31 @@ from ..errors import UnsupportedError
 from ..metadata import LeafRole
 from .loop import Component, slot_masks, decode_loop
 
-__all__ = ["generate_encoder_decoder"]
-
-# generate() of these drops the decoder prompt and returns only the new tokens
-_RETURNS_NEW_TOKENS_ONLY = ("WhisperForConditionalGeneration",)
+__all__ = ["generate_encoder_decoder", "forward_once"]
 
 
 def generate_encoder_decoder(exported: Any, plan: Any, inputs: dict) -> Any:
     gen = plan.gen
     encoder, prefill, decode = (Component(exported, n) for n in ("encoder", "prefill", "decode"))
+    inputs = dict(inputs)
+    decoder_ids = inputs.pop("decoder_input_ids", None)
     inputs = _pad_to_cross_cache(decode, inputs)
-    encoder_outputs = encoder.runner(**inputs)
-    tensors = [v for v in inputs.values() if isinstance(v, torch.Tensor) and v.dim() > 0]
-    if not tensors:
-        raise UnsupportedError(f"generate() got no encoder input tensor: {sorted(inputs)}")
-    batch = tensors[0].shape[0]  # input_ids, input_features, input_values, pixel_values...: all batch-first
-    device = tensors[0].device
-    start = gen.decoder_start_token_id
-    if start is None:
-        raise UnsupportedError("generation_config.decoder_start_token_id is not set; pass decoder_start_token_id=")
-    decoder_ids = torch.full((batch, 1), int(start), dtype=torch.long, device=device)
-    extra = {k: v for k, v in inputs.items() if k == "attention_mask"}
+    encoder_outputs, batch, device = _encode(encoder, inputs)
+    if decoder_ids is None:
+        start = gen.decoder_start_token_id
+        if start is None:
+            raise UnsupportedError("generation_config.decoder_start_token_id is not set; pass decoder_start_token_id=")
+        decoder_ids = torch.full((batch, 1), int(start), dtype=torch.long, device=device)
+    # the encoder's mask, for the decoder's cross-attention (T5); Whisper's encoder ignores the feature mask its
+    # processor may return (WhisperEncoder.forward: "preserved for compatibility"), and its decoder takes none
+    extra = {k: v for k, v in inputs.items() if k == "attention_mask" and (k in prefill.kwargs or k in decode.kwargs)}
+    prompt_len = decoder_ids.shape[-1]
 
     capacity = decode.cache_capacity()
-    if capacity is not None and 1 + gen.max_new_tokens > capacity:
+    if capacity is not None and prompt_len + gen.max_new_tokens > capacity:
         raise UnsupportedError(
-            f"max_new_tokens ({gen.max_new_tokens}) exceeds the exported static decoder cache ({capacity} positions); "
-            "re-export with a larger max_cache_len"
+            f"the decoder prompt ({prompt_len}) + max_new_tokens ({gen.max_new_tokens}) exceed the exported static "
+            f"decoder cache ({capacity} positions); re-export with a larger max_cache_len"
         )
 
     def step_kwargs(component: Component, ids: torch.Tensor, start: int, cache: Any) -> dict:
@@ -57,7 +59,7 @@ def generate_encoder_decoder(exported: Any, plan: Any, inputs: dict) -> Any:
         return call
 
     out = prefill.runner(**step_kwargs(prefill, decoder_ids, 0, prefill.initial_cache(batch, device)))
-    state = {"out": out, "length": 1}
+    state = {"out": out, "length": prompt_len}
 
     def step(token: torch.Tensor) -> torch.Tensor:
         cache = getattr(state["out"], decode.cache_key) if decode.cache_key else None
@@ -65,13 +67,43 @@ def generate_encoder_decoder(exported: Any, plan: Any, inputs: dict) -> Any:
         state["length"] += 1
         return state["out"].logits
 
-    # model.generate streams the decoder prompt (the start token) first, as a decoder-only model's prompt: a
+    # model.generate streams the decoder prompt first, as a decoder-only model's prompt: a
     # TextStreamer(skip_prompt=True) then skips exactly it
-    sequences = decode_loop(plan, decoder_ids, out.logits, step)
-    if isinstance(sequences, torch.Tensor) and \
-            exported.components["prefill"].metadata.architecture in _RETURNS_NEW_TOKENS_ONLY:
-        return sequences[:, 1:]
-    return sequences
+    return decode_loop(plan, decoder_ids, out.logits, step)
+
+
+def _encode(encoder: Component, inputs: dict) -> tuple[Any, int, torch.device]:
+    """The encoder's outputs (``encoder_outputs=`` when the call has them), the batch and the device."""
+    tensors = [v for v in inputs.values() if isinstance(v, torch.Tensor) and v.dim() > 0]
+    given = inputs.get("encoder_outputs")
+    if given is not None:
+        first = given[0] if isinstance(given, (tuple, list)) else given.last_hidden_state
+        return given, first.shape[0], first.device
+    if not tensors:
+        raise UnsupportedError(f"generate() got no encoder input tensor: {sorted(inputs)}")
+    # input_ids, input_features, input_values, pixel_values...: all batch-first
+    return encoder.runner(**inputs), tensors[0].shape[0], tensors[0].device
+
+
+def forward_once(exported: Any, inputs: dict, decoder_input_ids: torch.Tensor) -> Any:
+    """One forward of the whole model without a kept cache (the encoder, then the prefill graph from an empty
+    cache) over ``decoder_input_ids``: what Whisper's language detection and no-speech check call the model for."""
+    encoder, prefill = Component(exported, "encoder"), Component(exported, "prefill")
+    encoder_outputs, batch, device = _encode(encoder, {k: v for k, v in inputs.items() if k != "use_cache"})
+    call = {"decoder_input_ids": decoder_input_ids, "encoder_outputs": encoder_outputs}
+    kind = prefill.mask_kind("decoder_attention_mask")
+    length = decoder_input_ids.shape[-1]
+    if kind == "2d":
+        call["decoder_attention_mask"] = torch.ones(batch, length, dtype=torch.long, device=device)
+    elif kind in ("4d", "dict"):
+        capacity = prefill.cache_capacity() or length
+        valid = torch.zeros(batch, capacity, dtype=torch.bool, device=device)
+        valid[:, :length] = True
+        call["decoder_attention_mask"] = slot_masks(kind, prefill.mask_keys("decoder_attention_mask"), valid,
+                                                     torch.arange(length, device=device), None)
+    if prefill.cache_key:
+        call[prefill.cache_key] = prefill.initial_cache(batch, device)
+    return prefill.runner(**call)
 
 
 def _pad_to_cross_cache(component: Component, inputs: dict) -> dict:

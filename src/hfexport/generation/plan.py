@@ -59,7 +59,7 @@ _REFUSED_CALLS = {
 
 
 @functools.cache
-def _host_class() -> type:
+def host_class() -> type:
     from transformers.generation.utils import GenerationMixin
 
     class GenerationHost(GenerationMixin):
@@ -75,7 +75,7 @@ def _host_class() -> type:
 
 def GenerationHost(config: Any, generation_config: Any) -> Any:  # noqa: N802 - a class built on first use
     """A host for ``GenerationMixin``'s builders (transformers is imported on first use, not with this module)."""
-    return _host_class()(config, generation_config)
+    return host_class()(config, generation_config)
 
 
 @dataclasses.dataclass
@@ -117,7 +117,7 @@ class GenerationPlan:
         )
 
 
-def _default_config(exported: Any) -> Any:
+def default_config(exported: Any) -> Any:
     from transformers import PretrainedConfig
 
     config = exported.config
@@ -161,17 +161,22 @@ def _refuse_unknown_inputs(exported: Any, inputs: dict[str, Any]) -> None:
         )
 
 
-def plan_generation(exported: Any, kwargs: dict[str, Any], device: torch.device) -> GenerationPlan:
+def plan_generation(exported: Any, kwargs: dict[str, Any], device: torch.device, host: Any = None) -> GenerationPlan:
     """Pop the generation arguments off ``kwargs`` (what remains are the model inputs) and resolve them the way
     ``model.generate`` does: ``generation_config=`` or the export's saved one, overridden by the keyword arguments,
-    validated; lengths from the prompt; special tokens as tensors on ``device``."""
+    validated; lengths from the prompt (an encoder-decoder's: its ``decoder_input_ids``, else the start token);
+    special tokens as tensors on ``device``. ``host``: the model class's own generation host (Whisper's), else a
+    :class:`GenerationHost` over the export's configs."""
+    for key in [k for k in kwargs if k in _REFUSED_CALLS and (kwargs[k] is None or kwargs[k] is False)]:
+        del kwargs[key]  # asks for nothing (Whisper's generate passes synced_gpus=False on)
     refused = [k for k in kwargs if k in _REFUSED_CALLS]
     if refused:
         raise UnsupportedError("ExportedModel.generate cannot honour " + "; ".join(
             f"{k}= ({_REFUSED_CALLS[k]})" for k in refused))
     calls = {k: kwargs.pop(k) for k in CALL_ARGUMENTS if k in kwargs}
-    saved = exported.generation_config
-    host = GenerationHost(_default_config(exported), copy.deepcopy(saved) if saved is not None else None)
+    if host is None:
+        saved = exported.generation_config
+        host = GenerationHost(default_config(exported), copy.deepcopy(saved) if saved is not None else None)
     if host.generation_config is None:
         from transformers import GenerationConfig
 
@@ -190,7 +195,9 @@ def plan_generation(exported: Any, kwargs: dict[str, Any], device: torch.device)
     _refuse_unknown_inputs(exported, kwargs)
     host._prepare_special_tokens(gen, "attention_mask" in kwargs, device=device)
     if "encoder" in exported.components:
-        input_len, encoder_ids = 1, kwargs.get("input_ids")
+        decoder_ids = kwargs.get("decoder_input_ids")
+        input_len = 1 if decoder_ids is None else int(decoder_ids.shape[-1])
+        encoder_ids = kwargs.get("input_ids")
     else:
         ids = kwargs.get("input_ids")
         if ids is None:
