@@ -4,8 +4,8 @@ the export and on eager with the same arguments (and the same torch seed when sa
 Each row first checks that its arguments change eager's output against plain greedy decoding (or, for the rows
 about scores, eager's scores), so that the comparison with the export can fail. The model is a tiny random Llama
 with SmolLM2's vocabulary and tokenizer (stop strings need a real tokenizer). Exports: Dynamo with a dynamic cache
-and with a static cache and multi-token decode, ONNX static multi-token, OpenVINO dynamic (stateful); ExecuTorch
-(static, batch 1 state) runs in ``make test-sweep``.
+and with a static cache and multi-token decode, ONNX static multi-token, OpenVINO dynamic (stateful); ONNX dynamic,
+OpenVINO static multi-token and ExecuTorch static multi-token and dynamic run in ``make test-sweep``.
 """
 
 from __future__ import annotations
@@ -142,14 +142,17 @@ def _config(**kwargs):
 
 
 EXPORTS = [("dynamo", "dynamic"), ("dynamo", "static"), ("onnx", "static"), ("openvino", "dynamic")]
+SWEEP_EXPORTS = [("onnx", "dynamic"), ("openvino", "static"), ("executorch", "static"), ("executorch", "dynamic")]
 
 
-@pytest.fixture(scope="module", params=EXPORTS, ids=[f"{b}-{c}" for b, c in EXPORTS])
+@pytest.fixture(scope="module", params=[pytest.param(e, id=f"{e[0]}-{e[1]}") for e in EXPORTS] + [
+    pytest.param(e, id=f"{e[0]}-{e[1]}", marks=pytest.mark.sweep) for e in SWEEP_EXPORTS])
 def exported(request, llama, prompts):
     from hfexport import AutoExportConfig, AutoHfExporter
 
     backend, cache = request.param
-    pytest.importorskip({"dynamo": "torch", "onnx": "onnxruntime", "openvino": "openvino"}[backend])
+    pytest.importorskip({"dynamo": "torch", "onnx": "onnxruntime", "openvino": "openvino",
+                         "executorch": "executorch"}[backend])
     config = AutoExportConfig.from_dict({"export_format": backend, "dynamic": True})
     gen = _config(cache_implementation="static", max_cache_len=64) if cache == "static" else None
     return AutoHfExporter.from_config(config).export_for_generation(
@@ -162,6 +165,22 @@ ROW_IDS = ["repetition_penalty", "no_repeat_ngram_size", "suppress_tokens", "beg
            "prefix_allowed_tokens_fn", "stop_strings", "generation_config", "sample", "temperature", "top_k", "top_p",
            "min_p", "typical_p", "epsilon_cutoff", "eta_cutoff", "penalty_and_top_k", "num_beams",
            "num_return_sequences", "length_penalty", "early_stopping", "beams_with_penalty"]
+
+
+# exports whose graphs pin the batch: ExecuTorch keeps a static cache in the program's buffers, fixed in shape
+FIXED_BATCH = {("executorch", "static"): 2}
+
+
+def _fixed_batch(exported, prompts):
+    """Whether beam search is refused on this export, before the first step, for its fixed batch (checked here)."""
+    fmt = str(getattr(exported.export_format, "value", exported.export_format))
+    cache = "static" if exported.generation_config.cache_implementation == "static" else "dynamic"
+    fixed = FIXED_BATCH.get((fmt, cache))
+    if fixed is None:
+        return False
+    with pytest.raises(UnsupportedError, match=f"fixed batch of {fixed} rows.*re-export with a sample batch of 4"):
+        exported.generate(**copy.deepcopy(prompts), max_new_tokens=NEW, num_beams=2)
+    return True
 
 
 @pytest.mark.parametrize("row", ROW_IDS)
@@ -179,6 +198,8 @@ def test_generate_argument_gives_model_generate_output(row, exported, llama, pro
             expected.shape[0] // greedy.shape[0], 0)
     new = expected[:, prompt_len:]
     assert new.shape != base.shape or not torch.equal(new, base), f"{row} does not change eager's tokens"
+    if "num_beams" in kwargs and _fixed_batch(exported, prompts):
+        return
     torch.manual_seed(1)
     got = exported.generate(**copy.deepcopy(prompts), **call)
     assert isinstance(got, torch.Tensor) and got.shape == expected.shape, (got.shape, expected.shape)
@@ -221,3 +242,36 @@ def test_model_inputs_generate_does_not_know_are_refused_as_model_generate_refus
         _eager(llama, prompts, max_new_tokens=NEW, not_an_input=3)
     with pytest.raises(ValueError, match="not_an_input"):
         exported.generate(**copy.deepcopy(prompts), max_new_tokens=NEW, not_an_input=3)
+
+
+BEAM_DICT = {"num_beams": 3, "num_return_sequences": 2, "return_dict_in_generate": True, "output_scores": True,
+             "output_logits": True, "repetition_penalty": 0.05}
+
+
+def test_beam_search_returns_model_generate_beam_output(exported, llama, prompts, greedy):
+    from transformers.generation.utils import GenerateBeamDecoderOnlyOutput
+
+    expected = _eager(llama, prompts, max_new_tokens=NEW, **BEAM_DICT)
+    prompt_len = prompts["input_ids"].shape[-1]
+    beams_new = expected.sequences[::2, prompt_len:]
+    assert beams_new.shape != greedy.shape or not torch.equal(beams_new, greedy), "beam search gives greedy's tokens"
+    if _fixed_batch(exported, prompts):  # one prompt, 2 beams: the fixed batch of 2, the cache kept in the program
+        one = {k: v[1:] for k, v in prompts.items()}
+        call = dict(BEAM_DICT, num_beams=2, num_return_sequences=1)
+        expected = _eager(llama, one, max_new_tokens=NEW, **call)
+        got = exported.generate(**copy.deepcopy(one), max_new_tokens=NEW, **call)
+        assert torch.equal(got.sequences, expected.sequences) and torch.equal(got.beam_indices, expected.beam_indices)
+        assert expected.beam_indices.max() > 0, "the beams never swap: the cache reorder is not exercised"
+        assert exported.runner("decode").stateful, "the cache is kept in the program: reordered in its buffers"
+        return
+    got = exported.generate(**copy.deepcopy(prompts), max_new_tokens=NEW, **BEAM_DICT)
+    assert type(got) is GenerateBeamDecoderOnlyOutput
+    assert torch.equal(got.sequences, expected.sequences)
+    assert torch.equal(got.beam_indices, expected.beam_indices)
+    torch.testing.assert_close(got.sequences_scores, expected.sequences_scores, atol=1e-3, rtol=1e-4)
+    for field in ("scores", "logits"):
+        want, have = torch.stack(getattr(expected, field)), torch.stack(getattr(got, field))
+        finite = torch.isfinite(want)
+        assert torch.equal(finite, torch.isfinite(have)), field
+        assert (want[finite] - have[finite]).abs().max() <= 1e-3, field  # fp32 logits through another runtime
+    assert got.past_key_values is None

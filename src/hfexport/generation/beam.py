@@ -4,8 +4,9 @@ It follows transformers' vectorised beam search (``GenerationMixin._beam_search`
 the prompt is expanded to ``batch * num_beams`` rows, each step keeps the top ``max(2, 1 + n_eos) * num_beams``
 continuations of every batch item, the best ``num_beams`` unfinished ones continue, finished ones enter the
 hypotheses with the length penalty, and the same early-stop heuristic ends the loop. Between steps the cache rows
-are reordered to follow their beams: a stateful runner (OpenVINO) is told the new order (``runner.reorder``, applied
-in-graph through ``beam_idx``); a cache handed back as tensors is reordered in place.
+are reordered to follow their beams: a stateful runner is told the new order (``runner.reorder``: OpenVINO applies it
+in-graph through ``beam_idx``, ExecuTorch in the method's buffers); a cache handed back as tensors is reordered in
+place.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from .loop import Component, TextState, eos_ids
 __all__ = ["generate_beam"]
 
 # backends whose runners hand back the cache as tensors or reorder their own state; others are refused by name
-_REORDERABLE = ("dynamo", "onnx", "openvino")
+_REORDERABLE = ("dynamo", "onnx", "openvino", "executorch")
 
 
 def _gather(tensor: torch.Tensor, indices: torch.Tensor) -> torch.Tensor:
@@ -54,13 +55,12 @@ def _check(exported: Any, plan: Any) -> None:
     if gen.do_sample or streamer is not None or (gen.num_return_sequences or 1) > gen.num_beams:
         raise UnsupportedError("beam search here is greedy (do_sample=False), without a streamer, and returns at most "
                                "num_beams sequences")
-    if gen.return_dict_in_generate:
-        raise UnsupportedError("beam search here returns the sequences only (no GenerateBeamDecoderOnlyOutput yet); "
-                               "drop return_dict_in_generate")
 
 
-def generate_beam(exported: Any, plan: Any, inputs: dict) -> torch.Tensor:
-    """Beam search; returns ``[batch * num_return_sequences, length]`` token ids as ``model.generate`` does."""
+def generate_beam(exported: Any, plan: Any, inputs: dict) -> Any:
+    """Beam search; returns ``[batch * num_return_sequences, length]`` token ids as ``model.generate`` does, or
+    with ``return_dict_in_generate`` a ``GenerateBeamDecoderOnlyOutput`` (``sequences_scores`` and the per-step
+    ``scores`` of every beam with ``output_scores``, the raw ``logits`` with ``output_logits``, ``beam_indices``)."""
     _check(exported, plan)
     gen = plan.gen
     prefill, decode = Component(exported, "prefill"), Component(exported, "decode")
@@ -70,6 +70,13 @@ def generate_beam(exported: Any, plan: Any, inputs: dict) -> torch.Tensor:
     mask2d = torch.ones_like(input_ids) if mask2d is None else mask2d.long()
     batch, prompt_len = input_ids.shape
     dev = input_ids.device
+    fixed = prefill.fixed_batch()
+    if fixed is not None and fixed != batch * beams:
+        raise UnsupportedError(
+            f"this export's graphs take a fixed batch of {fixed} rows (a cache traced with static shapes), and beam "
+            f"search over {batch} prompt(s) with num_beams={beams} runs {batch * beams}: re-export with a sample "
+            f"batch of {batch * beams} rows (or dynamic shapes), or use num_beams=1"
+        )
     input_ids, mask2d = input_ids.repeat_interleave(beams, 0), mask2d.repeat_interleave(beams, 0)
     extra = {k: v.repeat_interleave(beams, 0) if isinstance(v, torch.Tensor) else v for k, v in inputs.items()}
     max_length = prompt_len + gen.max_new_tokens
@@ -99,10 +106,18 @@ def generate_beam(exported: Any, plan: Any, inputs: dict) -> torch.Tensor:
     cur_len = prompt_len
     plan.attention_mask = mask2d  # the expanded rows' (a repetition penalty skips each row's padding)
     processors = plan.processors(prompt_len, dev)  # applied to the log-probabilities, as _beam_search does
+    keep_dict = bool(gen.return_dict_in_generate)
+    step_scores: list[torch.Tensor] = []
+    raw: list[torch.Tensor] = []
     while True:
-        log_probs = torch.log_softmax(out.logits[:, -1, :].float(), dim=-1)
+        logits = out.logits[:, -1, :].to(dtype=torch.float32, device=dev)
+        log_probs = torch.log_softmax(logits, dim=-1)
         if processors:
             log_probs = processors(running[:, :, :cur_len].reshape(batch * beams, cur_len), log_probs)
+        if keep_dict and gen.output_logits:
+            raw.append(logits.clone())  # the runner may reuse its output buffer
+        if keep_dict and gen.output_scores:
+            step_scores.append(log_probs.clone())
         vocab = log_probs.shape[-1]
         log_probs = (log_probs.view(batch, beams, vocab) + running_scores[:, :, None]).view(batch, -1)
         top_scores, top_indices = torch.topk(log_probs, k=keep)
@@ -148,4 +163,17 @@ def generate_beam(exported: Any, plan: Any, inputs: dict) -> torch.Tensor:
     sequences = sequences[:, :returned].reshape(batch * returned, -1)
     beam_indices = beam_indices[:, :returned].reshape(batch * returned, -1)
     generated = int((beam_indices + 1).bool().sum(dim=1).max())
-    return sequences[:, : prompt_len + generated]
+    sequences = sequences[:, : prompt_len + generated]
+    if not keep_dict:
+        return sequences
+    from transformers.generation.utils import GenerateBeamDecoderOnlyOutput
+
+    # as _beam_search returns it: sequences_scores only with output_scores; past_key_values stays None (the cache
+    # lives in the export's runners)
+    return GenerateBeamDecoderOnlyOutput(
+        sequences=sequences,
+        sequences_scores=scores[:, :returned].reshape(-1) if gen.output_scores else None,
+        scores=tuple(step_scores) if gen.output_scores else None,
+        logits=tuple(raw) if gen.output_logits else None,
+        beam_indices=beam_indices[:, :generated],
+    )

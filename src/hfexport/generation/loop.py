@@ -75,6 +75,13 @@ class Component:
             leaves.append(torch.zeros(shape, dtype=torch_dtype(s.dtype), device="cpu" if s.device == "cpu" else device))
         return pytree.tree_unflatten(leaves, child)
 
+    def fixed_batch(self) -> int | None:
+        """The batch a cache traced with static shapes pins (``None``: any batch)."""
+        for s in self.metadata.cache_leaves():
+            if s.shape and s.cache.role is not LeafRole.COUNTER and isinstance(s.shape[0], int):
+                return int(s.shape[0])
+        return None
+
     def cache_capacity(self) -> int | None:
         """Positions a static (self-attention) cache holds, ``None`` for a growing cache."""
         kind = self.metadata.cache_type

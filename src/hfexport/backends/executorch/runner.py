@@ -184,6 +184,7 @@ class ExecutorchRunner(ModelRunner):
                           and metadata.inputs[i].cache.role is LeafRole.COUNTER]
         self._counter_buffers: list[torch.Tensor] | None = None
         self._with_handle = self._plan_handle_output() if self._state else None
+        self.stateful = bool(self._state)  # generate()'s beam search reorders the state through reorder()
         self._constant_slots = self._plan_constant_slots()
 
     @classmethod
@@ -206,6 +207,17 @@ class ExecutorchRunner(ModelRunner):
         names = self.metadata.inputs
         with self._lock:
             return {names[i].name: self._caller_layout(self._buffer(name)).clone() for i, name in self._state.items()}
+
+    def reorder(self, beam_idx: torch.Tensor) -> None:
+        """Reorder the batch rows of the cache kept in the method (beam search: each row follows its beam), in
+        place in the method's buffers; a layer's write counter has no batch axis and stays."""
+        index = beam_idx.to(torch.long)
+        with self._lock:
+            for i, name in self._state.items():
+                if i in self._counters:
+                    continue
+                buffer = self._buffer(name)
+                buffer.copy_(buffer.index_select(0, index))
 
     def _caller_layout(self, buffer: torch.Tensor) -> torch.Tensor:
         return buffer.transpose(1, 2) if self._bshd and buffer.dim() == 4 else buffer
