@@ -256,3 +256,33 @@ def test_inputs_specialised_to_constants_are_fed_to_the_method_which_keeps_them_
     static = r"cannot take its inputs: 'x' \[4, 3\]: dim 0 is static at 2 \(traced \[2, 3\]\)"
     with pytest.raises(UnsupportedError, match=static):
         exported(x=torch.randn(4, 3), scale=3)
+
+
+class _ScaledAfterNone(torch.nn.Module):
+    """Whisper's encoder as called by generate: ``attention_mask=None`` first, a query scaled by a Python float."""
+
+    def forward(self, attention_mask: torch.Tensor | None = None, x: torch.Tensor | None = None) -> torch.Tensor:
+        return x * 0.25 if attention_mask is None else x * attention_mask
+
+
+def test_a_lifted_scalar_after_an_input_traced_as_none_keeps_the_signatures_order():
+    """to_edge lifts the 0.25 to a constant placeholder, placed after the None input but specified before it; the
+    test fails once the workaround can go."""
+    from executorch.exir import to_edge_transform_and_lower
+
+    x = torch.randn(2, 3)
+    inputs = {"attention_mask": None, "x": x}
+    with pytest.raises(Exception, match="_lifted_tensor_constant0 does not match node name attention_mask"):
+        to_edge_transform_and_lower(torch.export.export(_ScaledAfterNone(), (), inputs))
+    exported = ExecutorchExporter().export(_ScaledAfterNone(), inputs, ExecutorchConfig())
+    assert "executorch-lifted-constant-order" in exported.components["model"].metadata.workarounds
+    assert torch.equal(exported(attention_mask=None, x=x), x * 0.25)
+
+
+def test_placeholders_already_in_the_signatures_order_are_left_as_they_are():
+    from hfexport.workarounds.executorch_lifted_constants import order_placeholders
+
+    program = torch.export.export(_ScaledAfterNone(), (), {"attention_mask": None, "x": torch.randn(2, 3)})
+    before = [n.name for n in program.graph.nodes if n.op == "placeholder"]
+    assert not order_placeholders(program)
+    assert [n.name for n in program.graph.nodes if n.op == "placeholder"] == before
