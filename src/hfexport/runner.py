@@ -17,7 +17,7 @@ import torch
 import torch.utils._pytree as pytree
 
 from .errors import HfExportError, UnsupportedError
-from .metadata import ExportMetadata, IORole, KwargKind
+from .metadata import ExportMetadata, IORole, KwargKind, LeafRole
 from .pytrees import load_spec, tensor_leaves
 
 __all__ = ["ModelRunner", "torch_single_thread"]
@@ -187,7 +187,31 @@ class ModelRunner:
     def flat_leaves(self, inputs: Mapping[str, Any]) -> list[torch.Tensor]:
         """The tensor leaves of ``inputs`` in the program's order, not cast (:func:`~hfexport.pytrees.tensor_leaves`
         reads caches through their tensors, without building a pytree context)."""
-        return self._checked(tensor_leaves(dict(inputs)))
+        leaves = tensor_leaves(dict(inputs))
+        if len(leaves) != len(self._tensor_inputs) and self.initialize_lazy_caches(inputs):
+            leaves = tensor_leaves(dict(inputs))
+        return self._checked(leaves)
+
+    def initialize_lazy_caches(self, inputs: Mapping[str, Any]) -> bool:
+        """Allocate the layers of a ``StaticCache`` that no update has initialized yet (transformers allocates them
+        lazily, on the first forward), shaped like the traced cache, with the call's batch: what the eager forward
+        does with a fresh cache, so a captured prefill's empty cache runs as it is. Returns whether it did."""
+        key = self.metadata.cache_kwarg
+        cache = inputs.get(key) if key else None
+        layers = getattr(cache, "layers", None)
+        if not layers or all(getattr(layer, "is_initialized", True) for layer in layers) or \
+                not hasattr(cache, "early_initialization"):
+            return False
+        keys = [s for s in self.metadata.cache_leaves(LeafRole.KEYS) if s.example_shape]
+        batched = [v for k, v in inputs.items() if k != key and isinstance(v, torch.Tensor) and v.dim() > 0]
+        if len(keys) != len(layers) or not batched:
+            return False
+        cache.early_initialization(
+            batch_size=int(batched[0].shape[0]), num_heads=[int(s.example_shape[1]) for s in keys],
+            head_dim=[int(s.example_shape[-1]) for s in keys], dtype=torch_dtype(keys[0].dtype),
+            device=batched[0].device,
+        )
+        return True
 
     def _checked(self, leaves: list[torch.Tensor]) -> list[torch.Tensor]:
         if len(leaves) != len(self._tensor_inputs):

@@ -12,6 +12,7 @@ from typing import Any
 import torch
 
 from .decompose import decompose_prefill_decode
+from .kwargs import CapturedKwargs
 from .multimodal import decompose_multimodal, is_multimodal, with_modality_inputs
 
 __all__ = ["decompose_for_generation"]
@@ -26,7 +27,9 @@ def decompose_for_generation(
     """Decompose a generative model into independently exportable ``(module, forward_kwargs)`` pairs.
 
     Keys: ``prefill``/``decode`` (and ``encoder`` for encoder-decoder models); for multimodal models, the
-    prefill is further split by :func:`hfexport.utils.decompose_multimodal`.
+    prefill is further split by :func:`hfexport.utils.decompose_multimodal`. Each component's kwargs are a
+    :class:`~hfexport.capture.kwargs.CapturedKwargs`: the cache is the captured one at every read, so a component
+    can be run eagerly on them and then exported with them.
 
     Example:
         >>> components = decompose_for_generation(model, tokenizer(["Hi"], return_tensors="pt"))
@@ -47,4 +50,4 @@ def decompose_for_generation(
         parts = decompose_multimodal(prefill_model, with_modality_inputs(prefill_model, prefill_inputs, inputs))
         components.update(parts)
         components["decode"] = decode
-    return components
+    return {name: (module, CapturedKwargs(kwargs)) for name, (module, kwargs) in components.items()}

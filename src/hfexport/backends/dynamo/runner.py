@@ -101,6 +101,8 @@ class DynamoRunner(ModelRunner):
             if not is_cache(value) or traced is None:
                 continue
             leaves = tensor_leaves(value)
+            if len(leaves) != traced.num_leaves and self.initialize_lazy_caches(call):
+                leaves = tensor_leaves(value)
             if len(leaves) != traced.num_leaves:
                 raise UnsupportedError(
                     f"{key} ({type(value).__name__}) flattens to {len(leaves)} tensors but this export's cache takes "
