@@ -35,7 +35,6 @@ REFUSED: dict[str, str] = {
     "force_words_ids": "constrained beam search is not implemented over exported graphs",
     "output_attentions": "the exported graphs return logits and the cache, not attentions",
     "output_hidden_states": "the exported graphs return logits and the cache, not hidden states",
-    "prompt_lookup_num_tokens": "assisted (prompt lookup) decoding is not implemented yet",
     "assistant_early_exit": "assisted decoding is not implemented yet",
     "token_healing": "token healing re-tokenizes the prompt with the model's own generate",
     "watermarking_config": "watermarking is not implemented over exported graphs",
@@ -49,7 +48,8 @@ CALL_ARGUMENTS = ("generation_config", "streamer", "logits_processor", "stopping
 
 # call arguments of model.generate refused here (they need a model, or a loop this one is not)
 _REFUSED_CALLS = {
-    "assistant_model": "assisted decoding is not implemented yet",
+    "assistant_model": "assisted decoding with an assistant model is not implemented yet (prompt_lookup_num_tokens= "
+                       "is)",
     "negative_prompt_ids": "classifier-free guidance is not supported",
     "negative_prompt_attention_mask": "classifier-free guidance is not supported",
     "synced_gpus": "exported graphs run in one process",
