@@ -130,7 +130,7 @@ REFUSED = {
     "penalty_alpha": ({"penalty_alpha": 0.6, "top_k": 4}, "contrastive search"),
     "output_attentions": ({"return_dict_in_generate": True, "output_attentions": True}, "output_attentions"),
     "output_hidden_states": ({"return_dict_in_generate": True, "output_hidden_states": True}, "hidden states"),
-    "assistant_model": ({"assistant_model": object()}, "assisted decoding"),
+    "assistant_model": ({"assistant_model": object()}, "assistant_model= takes an eager transformers model"),
 }
 
 

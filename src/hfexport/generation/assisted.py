@@ -1,16 +1,19 @@
-"""Prompt-lookup decoding (``prompt_lookup_num_tokens=``): drafts from the sequence itself, verified in one call.
+"""Assisted decoding: drafts from the sequence itself (``prompt_lookup_num_tokens=``) or from an assistant model
+(``assistant_model=``, an eager model), verified in one call of the multi-token decode graph per block.
 
 It follows ``GenerationMixin._assisted_decoding`` (transformers 5.x) step for step, with transformers' own
-``PromptLookupCandidateGenerator`` proposing the drafts: each call of the multi-token decode graph (what
+``PromptLookupCandidateGenerator`` / ``AssistedCandidateGenerator`` proposing the drafts: each call of the multi-token decode graph (what
 ``multi_token_decode=True`` exports it for) takes the newest token and the drafts after it, the logits processors run
 on every position, the drafts are kept up to the first one the model would not have picked, plus the model's own next
 token. The cache then forgets the rejected drafts: a growing cache is cropped (``DynamicCache.crop``, as eager does),
 a static one marks their slots free (the next call writes over them). Greedy tokens equal eager's, and so do sampled
-ones for the same seed (the same ``multinomial`` calls in the same order).
+ones for the same seed (the same ``multinomial`` calls in the same order; an assistant's drafts are sampled with
+transformers' ``_speculative_sampling``).
 """
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 import torch
@@ -18,29 +21,35 @@ import torch
 from ..errors import UnsupportedError
 from .loop import Component, TextState
 
-__all__ = ["generate_prompt_lookup"]
+__all__ = ["generate_assisted"]
 
 
 def _check(exported: Any, decode: Component, input_ids: torch.Tensor, plan: Any) -> None:
+    assistant = plan.assistant_model
+    if assistant is not None and not (isinstance(assistant, torch.nn.Module) and hasattr(assistant, "generate")):
+        raise UnsupportedError(
+            f"assistant_model= takes an eager transformers model here (got {type(assistant).__name__}): drafts "
+            "from an exported assistant are not implemented yet")
     if "prefill" not in exported.components or "encoder" in exported.components or \
             "language_model" in exported.components:
-        raise UnsupportedError("prompt lookup decoding runs on decoder-only exports (prefill + decode)")
+        raise UnsupportedError("assisted decoding runs on decoder-only exports (prefill + decode)")
     spec = decode.metadata.input_spec("input_ids")
     if spec is None or len(spec.shape) < 2 or isinstance(spec.shape[-1], int) and spec.shape[-1] == 1:
         raise UnsupportedError(
-            "prompt lookup decoding verifies a block of drafted tokens in one call, and this export's decode graph "
+            "assisted decoding verifies a block of drafted tokens in one call, and this export's decode graph "
             "takes one token: re-export with multi_token_decode=True (and dynamic=True)"
         )
     for name in ("prefill", "decode"):
         if getattr(exported.runner(name), "stateful", False):
             raise UnsupportedError(
-                "prompt lookup decoding rolls the cache back past rejected drafts, and this export keeps its cache "
+                "assisted decoding rolls the cache back past rejected drafts, and this export keeps its cache "
                 "inside the runtime (stateful), out of reach: export with stateful=False, or drop "
-                "prompt_lookup_num_tokens")
+                "prompt_lookup_num_tokens= / assistant_model=")
     if input_ids.shape[0] != 1:
         raise UnsupportedError("assisted generate is only supported for batch_size = 1 (as in model.generate)")
     if plan.gen.return_dict_in_generate:
-        raise UnsupportedError("prompt lookup decoding here returns the sequences only; drop return_dict_in_generate")
+        raise UnsupportedError("assisted decoding here returns the sequences only; drop return_dict_in_generate")
+
 
 
 def _rollback(cache: Any, keep: int) -> None:
@@ -56,10 +65,58 @@ def _rollback(cache: Any, keep: int) -> None:
                 layer.crop(-extra)
 
 
-def generate_prompt_lookup(exported: Any, plan: Any, inputs: dict) -> torch.Tensor:
-    """``model.generate(prompt_lookup_num_tokens=N)`` over the export's multi-token decode graph."""
-    from transformers.generation.candidate_generator import PromptLookupCandidateGenerator
+def _candidate_generator(exported: Any, plan: Any, input_ids: torch.Tensor, mask2d: torch.Tensor,
+                         processors: Any) -> Any:
+    """The drafts' source, as ``GenerationMixin._get_candidate_generator`` builds it."""
+    from transformers.generation.candidate_generator import (
+        AssistedCandidateGenerator,
+        PromptLookupCandidateGenerator,
+    )
 
+    gen = plan.gen
+    if gen.prompt_lookup_num_tokens is not None:
+        text_config = exported.config.get_text_config() if exported.config is not None else None
+        return PromptLookupCandidateGenerator(
+            eos_token_id=gen._eos_token_tensor, num_output_tokens=gen.prompt_lookup_num_tokens,
+            max_matching_ngram_size=gen.max_matching_ngram_size or 2, max_length=gen.max_length,
+            logits_processor=processors, vocab_size=getattr(text_config, "vocab_size", None),
+        )
+    # the export's cache settings describe its own graphs; the eager assistant drafts with its growing cache, as the
+    # eager main model's config would have it (transformers refuses a static cache for assisted decoding)
+    drafting = copy.deepcopy(gen)
+    drafting.cache_implementation, drafting.max_cache_len = None, None
+    return AssistedCandidateGenerator(
+        input_ids=input_ids, assistant_model=plan.assistant_model, generation_config=drafting,
+        model_kwargs={"attention_mask": mask2d, "use_cache": True}, inputs_tensor=input_ids,
+        logits_processor=processors,
+    )
+
+
+def _select(gen: Any, candidates: torch.Tensor, candidate_logits: Any, drafted: int,
+            new_logits: torch.Tensor) -> torch.Tensor:
+    """The tokens kept from a verified block (the matching drafts and the model's next), as ``_assisted_decoding``
+    picks them."""
+    from transformers.generation.utils import _speculative_sampling
+
+    weight = gen.assistant_ensemble_weight
+    if gen.do_sample and candidate_logits is not None:
+        return _speculative_sampling(candidates, candidate_logits, drafted, new_logits,
+                                     assistant_ensemble_weight=weight)[0]
+    if gen.do_sample:
+        selected = torch.multinomial(new_logits.softmax(dim=-1)[0], num_samples=1).squeeze(1)[None, :]
+    elif weight is not None and candidate_logits is not None:
+        mixed = weight * new_logits[:, :drafted].softmax(dim=-1) + (1.0 - weight) * candidate_logits.softmax(dim=-1)
+        selected = torch.cat([mixed.argmax(dim=-1), new_logits[:, drafted:].argmax(dim=-1)], dim=-1)
+    else:
+        selected = new_logits.argmax(dim=-1)
+    cur_len = candidates.shape[1] - drafted
+    matches = int(((~(candidates[:, cur_len:] == selected[:, :-1])).cumsum(dim=-1) < 1).sum())
+    return selected[:, : matches + 1]
+
+
+def generate_assisted(exported: Any, plan: Any, inputs: dict) -> torch.Tensor:
+    """``model.generate(prompt_lookup_num_tokens=N)`` / ``model.generate(assistant_model=...)`` over the export's
+    multi-token decode graph."""
     gen = plan.gen
     prefill, decode = Component(exported, "prefill"), Component(exported, "decode")
     input_ids = inputs.pop("input_ids")
@@ -67,19 +124,19 @@ def generate_prompt_lookup(exported: Any, plan: Any, inputs: dict) -> torch.Tens
     mask2d = inputs.pop("attention_mask", None)
     mask2d = torch.ones_like(input_ids) if mask2d is None else mask2d.long()
     if not bool(mask2d.bool().all()):
-        raise UnsupportedError("prompt lookup decoding takes one unpadded prompt")
+        raise UnsupportedError("assisted decoding takes one unpadded prompt")
     device = input_ids.device
     window = getattr(exported.config, "sliding_window", None) if exported.config is not None else None
     capacity = decode.cache_capacity()
-    text = TextState(mask2d, gen.max_new_tokens, capacity, window)
+    # drafts may run past max_length (eager verifies them, then keeps what fits): room for them where the cache has it
+    room = int(gen.prompt_lookup_num_tokens or 0)  # (an assistant drafts within max_length)
+    if capacity is not None:
+        room = max(0, min(room, capacity - input_ids.shape[-1] - gen.max_new_tokens))
+    limit = input_ids.shape[-1] + gen.max_new_tokens + room
+    text = TextState(mask2d, gen.max_new_tokens + room, capacity, window)
     processors = plan.processors(input_ids.shape[-1], device)
     criteria = plan.criteria()
-    text_config = exported.config.get_text_config() if exported.config is not None else None
-    generator = PromptLookupCandidateGenerator(
-        eos_token_id=gen._eos_token_tensor, num_output_tokens=gen.prompt_lookup_num_tokens,
-        max_matching_ngram_size=gen.max_matching_ngram_size or 2, max_length=gen.max_length,
-        logits_processor=processors, vocab_size=getattr(text_config, "vocab_size", None),
-    )
+    generator = _candidate_generator(exported, plan, input_ids, mask2d, processors)
     eos = gen._eos_token_tensor
     cache = prefill.initial_cache(1, device)
     cached = 0  # positions the cache holds: the first call is the prefill graph's (the prompt and its drafts)
@@ -87,9 +144,11 @@ def generate_prompt_lookup(exported: Any, plan: Any, inputs: dict) -> torch.Tens
         plan.streamer.put(input_ids.cpu())
     while True:
         cur_len = input_ids.shape[1]
-        candidates, _ = generator.get_candidates(input_ids)
-        candidates = candidates.to(device)
+        candidates, candidate_logits = generator.get_candidates(input_ids)
+        candidates = candidates.to(device)[:, :limit]  # (a static cache's last slots: fewer drafts verified)
         drafted = candidates.shape[1] - cur_len
+        if candidate_logits is not None:
+            candidate_logits = candidate_logits.to(device)[:, :drafted]
         block = candidates[:, cached:]
         if text.valid is not None:
             text.valid[:, cached: candidates.shape[1]] = True
@@ -99,12 +158,7 @@ def generate_prompt_lookup(exported: Any, plan: Any, inputs: dict) -> torch.Tens
         new_logits = out.logits[:, -drafted - 1:].to(dtype=torch.float32, device=device)
         for i in range(drafted + 1):
             new_logits[:, i, :] = processors(candidates[:, : cur_len + i], new_logits[:, i, :])
-        if gen.do_sample:
-            selected = torch.multinomial(new_logits.softmax(dim=-1)[0], num_samples=1).squeeze(1)[None, :]
-        else:
-            selected = new_logits.argmax(dim=-1)
-        matches = int(((~(candidates[:, cur_len:] == selected[:, :-1])).cumsum(dim=-1) < 1).sum())
-        valid = selected[:, : matches + 1][:, : gen.max_length - cur_len]
+        valid = _select(gen, candidates, candidate_logits, drafted, new_logits)[:, : gen.max_length - cur_len]
         if eos is not None:
             hits = torch.isin(valid.squeeze(0), eos.to(device)).nonzero()
             if hits.numel() > 0:

@@ -9,7 +9,7 @@ import torch
 from ..errors import UnsupportedError
 from ..registry import runner_class_for
 from ..runner import torch_single_thread
-from .assisted import generate_prompt_lookup
+from .assisted import generate_assisted
 from .beam import generate_beam
 from .decoder import generate_decoder
 from .encoder_decoder import generate_encoder_decoder
@@ -48,8 +48,8 @@ def _generate(exported: Any, kwargs: dict[str, Any]) -> Any:
     if getattr(plan.gen, "num_beams", 1) not in (None, 1):
         # refuses, naming the backend, where the cache cannot be reordered
         return generate_beam(exported, plan, kwargs)
-    if getattr(plan.gen, "prompt_lookup_num_tokens", None):
-        return generate_prompt_lookup(exported, plan, kwargs)
+    if getattr(plan.gen, "prompt_lookup_num_tokens", None) or plan.assistant_model is not None:
+        return generate_assisted(exported, plan, kwargs)
     if "encoder" in exported.components:
         return generate_encoder_decoder(exported, plan, kwargs)
     if "language_model" in exported.components:

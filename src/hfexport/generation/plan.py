@@ -8,7 +8,7 @@ penalties, bad words, suppressed tokens, forced BOS/EOS, min length, temperature
 epsilon / eta, stop strings, max time, user ``logits_processor=`` / ``stopping_criteria=``) applies unchanged.
 
 What needs the model's forward beyond logits (guidance, contrastive search, DoLa, attentions, hidden states,
-assisted decoding, constrained beams) is refused by name before the first step, never dropped (:data:`REFUSED`).
+an assistant's early exit, constrained beams) is refused by name before the first step, never dropped (:data:`REFUSED`).
 """
 
 from __future__ import annotations
@@ -44,12 +44,10 @@ REFUSED: dict[str, str] = {
 
 #: arguments of ``model.generate`` that are not generation config fields, and that ``generate()`` takes too
 CALL_ARGUMENTS = ("generation_config", "streamer", "logits_processor", "stopping_criteria", "tokenizer",
-                  "prefix_allowed_tokens_fn")
+                  "prefix_allowed_tokens_fn", "assistant_model")
 
 # call arguments of model.generate refused here (they need a model, or a loop this one is not)
 _REFUSED_CALLS = {
-    "assistant_model": "assisted decoding with an assistant model is not implemented yet (prompt_lookup_num_tokens= "
-                       "is)",
     "negative_prompt_ids": "classifier-free guidance is not supported",
     "negative_prompt_attention_mask": "classifier-free guidance is not supported",
     "synced_gpus": "exported graphs run in one process",
@@ -89,6 +87,7 @@ class GenerationPlan:
     stopping_criteria: Any = None
     tokenizer: Any = None
     prefix_allowed_tokens_fn: Any = None
+    assistant_model: Any = None
     encoder_input_ids: torch.Tensor | None = None
     attention_mask: torch.Tensor | None = None
 
@@ -212,6 +211,7 @@ def plan_generation(exported: Any, kwargs: dict[str, Any], device: torch.device,
                           logits_processor=calls.get("logits_processor"),
                           stopping_criteria=calls.get("stopping_criteria"), tokenizer=calls.get("tokenizer"),
                           prefix_allowed_tokens_fn=calls.get("prefix_allowed_tokens_fn"),
+                          assistant_model=calls.get("assistant_model"),
                           encoder_input_ids=encoder_ids, attention_mask=kwargs.get("attention_mask"))
 
 
