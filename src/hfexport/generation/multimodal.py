@@ -39,6 +39,8 @@ _TOKEN_TYPES = ("token_type_ids", "mm_token_type_ids")
 #: model_type -> what the class's ``prepare_inputs_for_generation`` adds to the mask-derived position ids
 #: (``PaliGemmaForConditionalGeneration``: "position_ids in Paligemma are 1-indexed").
 POSITION_OFFSET = {"paligemma": 1}
+#: model types whose ``get_video_features`` runs the image encoder on the video's patches and grid
+VIDEO_THROUGH_IMAGE_ENCODER = ("qwen2_vl",)
 
 
 def generate_multimodal(exported: Any, plan: Any, inputs: dict) -> Any:
@@ -59,8 +61,6 @@ def generate_multimodal(exported: Any, plan: Any, inputs: dict) -> Any:
             f"this multimodal export lacks {missing} (components: {list(exported.components)}); re-export it with "
             "export_for_generation"
         )
-    if inputs.get("pixel_values_videos") is not None:
-        raise UnsupportedError("video inputs are not supported by ExportedModel.generate yet")
     config = exported.config
     if config is None:
         raise UnsupportedError("generate() of a multimodal export needs its config (config.json next to the export)")
@@ -178,16 +178,44 @@ def _merge_modalities(config: Any, parts: dict, input_ids: torch.Tensor, embeds:
         absent = [k for k in traced if k not in call]
         if absent:
             raise UnsupportedError(f"the image encoder needs {absent}; pass them with pixel_values")
-        output = encoder.runner(**call)
-        projector_name = next((n for n in PROJECTOR_NAMES if n in parts and n != "embed_audio"), None)
-        projector = None
-        if projector_name is not None:
-            component = parts[projector_name]
-            key = _only_key(component)
-            projector = lambda x, c=component, k=key: _run(c, {k: x})  # noqa: E731
-        features = image_features(config, output, projector)
-        embeds = merge_image_features(input_ids, embeds, features, image_token_id(config))
-    return embeds
+        embeds = merge_image_features(input_ids, embeds, _vision_features(config, parts, encoder, call),
+                                      image_token_id(config))
+    return _merge_video(config, parts, input_ids, embeds, inputs)
+
+
+def _vision_features(config: Any, parts: dict, encoder: Component, call: dict) -> torch.Tensor:
+    output = encoder.runner(**call)
+    projector_name = next((n for n in PROJECTOR_NAMES if n in parts and n != "embed_audio"), None)
+    projector = None
+    if projector_name is not None:
+        component = parts[projector_name]
+        key = _only_key(component)
+        projector = lambda x, c=component, k=key: _run(c, {k: x})  # noqa: E731
+    return image_features(config, output, projector)
+
+
+def _merge_video(config: Any, parts: dict, input_ids: torch.Tensor, embeds: torch.Tensor, inputs: dict) -> Any:
+    """Video frames through the image encoder, scattered over the video tokens: what ``get_video_features`` of the
+    models in :data:`VIDEO_THROUGH_IMAGE_ENCODER` does (their vision tower takes a video's temporal patches as an
+    image's, with the video's grid)."""
+    videos = inputs.get("pixel_values_videos")
+    if videos is None:
+        return embeds
+    model_type = getattr(config, "model_type", None)
+    encoder = parts.get("image_encoder")
+    if model_type not in VIDEO_THROUGH_IMAGE_ENCODER or encoder is None:
+        raise UnsupportedError(
+            f"generate() merges video frames for {sorted(VIDEO_THROUGH_IMAGE_ENCODER)} (the vision tower encodes "
+            f"them as images); {model_type} videos are not supported yet: pass images, or generate with the eager "
+            "model"
+        )
+    traced = [k for k, v in encoder.kwargs.items() if v.fed]
+    call = encoder_inputs(config, traced, {"pixel_values": videos, "image_grid_thw": inputs.get("video_grid_thw")})
+    absent = [k for k in traced if k not in call]
+    if absent:
+        raise UnsupportedError(f"the vision encoder needs {absent} for the video; pass video_grid_thw with it")
+    return merge_image_features(input_ids, embeds, _vision_features(config, parts, encoder, call),
+                                int(config.video_token_id))
 
 
 def _prefill_positions(exported: Any, lm: Component, input_ids: torch.Tensor, mask2d: torch.Tensor,
