@@ -26,6 +26,7 @@ from .recorder import CallRecorder
 __all__ = [
     "ENCODER_INPUT_ALIASES",
     "MODALITIES",
+    "MODALITY_INPUTS",
     "PROJECTOR_NAMES",
     "VISION_PRECOMPUTE",
     "decompose_multimodal",
@@ -42,7 +43,8 @@ MODALITIES = ("image", "audio")
 PROJECTOR_NAMES = ("multi_modal_projector", "connector", "embed_vision", "embed_audio")
 #: Encoder kwarg -> the generate() input it is fed from, where the names differ.
 ENCODER_INPUT_ALIASES = {"hidden_states": "pixel_values", "grid_thw": "image_grid_thw"}
-_MODALITY_INPUTS = ("pixel_values", "image_grid_thw", "image_sizes", "input_features", "feature_attention_mask",
+#: generate() inputs the modality encoders are fed from (directly or through the glue)
+MODALITY_INPUTS = ("pixel_values", "image_grid_thw", "image_sizes", "input_features", "feature_attention_mask",
                     "input_features_mask", "pixel_values_videos", "video_grid_thw")
 
 
@@ -288,7 +290,7 @@ def decompose_multimodal(model: torch.nn.Module, inputs: Mapping[str, Any]) -> d
             f"searched: {_SEARCHED}"
         )
     call = {k: copy.deepcopy(v) if is_cache(v) else v for k, v in inputs.items()}  # the forward fills caches
-    if "mm_encoder_outputs" in call and not any(k in call for k in _MODALITY_INPUTS):
+    if "mm_encoder_outputs" in call and not any(k in call for k in MODALITY_INPUTS):
         raise ValueError(
             "the prefill kwargs carry precomputed mm_encoder_outputs instead of the modality inputs, so the encoder "
             "would not run; pass them through with_modality_inputs(model, prefill_kwargs, generate_inputs)"

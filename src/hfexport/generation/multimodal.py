@@ -22,6 +22,7 @@ import torch
 
 from ..capture.multimodal import (
     MODALITIES,
+    MODALITY_INPUTS,
     PROJECTOR_NAMES,
     encoder_inputs,
     image_features,
@@ -30,6 +31,7 @@ from ..capture.multimodal import (
 )
 from ..errors import UnsupportedError
 from ..metadata import KwargKind
+from .audio import merge_audio
 from .loop import Component, TextState, decode_loop
 
 __all__ = ["generate_multimodal", "POSITION_OFFSET"]
@@ -85,10 +87,14 @@ def generate_multimodal(exported: Any, plan: Any, inputs: dict) -> Any:
     logits = _run(head, {_only_key(head): hidden[:, -1:, :]})
     # token types the decode graph reads (Gemma3's are a constant None after the prompt)
     type_ids = {k: inputs.get(k) for k in _TOKEN_TYPES if decode.metadata.kind_of(k) is KwargKind.TENSOR}
+    # modality inputs generate() passes at every step, which the decode graph was traced with (Qwen2-Audio's
+    # feature_attention_mask: its forward moves it to the device before it sees that the step has no audio)
+    passed = {k: inputs[k] for k in MODALITY_INPUTS if k in inputs and decode.takes(k)}
     state = {"cache": getattr(lm_out, lm.cache_key) if lm.cache_key else None}
 
     def step(token: torch.Tensor) -> torch.Tensor:
         call = text.kwargs(decode, text.advance(), 1, state["cache"])
+        call.update(passed)
         call["input_ids"] = token[:, None]
         for key, value in type_ids.items():
             # generate() grows mm_token_type_ids with zeros (text) and token_type_ids with their last value
@@ -169,8 +175,9 @@ def _merge_modalities(config: Any, parts: dict, input_ids: torch.Tensor, embeds:
         encoder = parts.get(f"{modality}_encoder")
         if encoder is None:
             continue
-        if modality != "image":
-            raise UnsupportedError(f"generate() does not merge {modality} features yet")
+        if modality == "audio":
+            embeds = merge_audio(config, encoder, _projector(parts, "audio"), input_ids, embeds, inputs)
+            continue
         traced = [k for k, v in encoder.kwargs.items() if v.fed]
         call = encoder_inputs(config, traced, inputs)
         if not call:
@@ -183,15 +190,22 @@ def _merge_modalities(config: Any, parts: dict, input_ids: torch.Tensor, embeds:
     return _merge_video(config, parts, input_ids, embeds, inputs)
 
 
+def _projector(parts: dict, modality: str) -> Any:
+    """The projector of ``modality``'s features as a callable, ``None`` when the export has none."""
+    names = [n for n in PROJECTOR_NAMES if n in parts]
+    if modality == "audio":
+        names = [n for n in names if n in ("embed_audio", "multi_modal_projector")]
+    else:
+        names = [n for n in names if n != "embed_audio"]
+    if not names:
+        return None
+    component = parts[names[0]]
+    key = _only_key(component)
+    return lambda x, c=component, k=key: _run(c, {k: x})
+
+
 def _vision_features(config: Any, parts: dict, encoder: Component, call: dict) -> torch.Tensor:
-    output = encoder.runner(**call)
-    projector_name = next((n for n in PROJECTOR_NAMES if n in parts and n != "embed_audio"), None)
-    projector = None
-    if projector_name is not None:
-        component = parts[projector_name]
-        key = _only_key(component)
-        projector = lambda x, c=component, k=key: _run(c, {k: x})  # noqa: E731
-    return image_features(config, output, projector)
+    return image_features(config, encoder.runner(**call), _projector(parts, "image"))
 
 
 def _merge_video(config: Any, parts: dict, input_ids: torch.Tensor, embeds: torch.Tensor, inputs: dict) -> Any:

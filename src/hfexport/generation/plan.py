@@ -144,11 +144,14 @@ def _refuse_unsupported(gen: Any) -> None:
 def _refuse_unknown_inputs(exported: Any, inputs: dict[str, Any]) -> None:
     """A model input no component was exported with is refused, as ``model.generate`` refuses a kwarg its
     model's forward does not take (``ValueError``)."""
-    from ..capture.multimodal import ENCODER_INPUT_ALIASES
+    from ..capture.multimodal import ENCODER_INPUT_ALIASES, MODALITY_INPUTS
 
-    # the loops read these beside the components' own kwargs: a processor's names for what an image encoder was
-    # traced with under its own (hidden_states <- pixel_values), the grids, and video inputs (refused there, by name)
-    known = {"input_ids", "attention_mask", "image_grid_thw", "video_grid_thw", "pixel_values_videos"}
+    # the loops read these beside the components' own kwargs: a processor's names for what an encoder was traced
+    # with under its own (hidden_states <- pixel_values), the grids, videos, audio masks (each refused by name
+    # where the export's model type has no glue for it)
+    known = {"input_ids", "attention_mask"}
+    if any(name.endswith("_encoder") for name in exported.components):  # an image / audio encoder
+        known.update(MODALITY_INPUTS)
     for component in exported.components.values():
         known.update(component.metadata.kwargs)
         known.update(ENCODER_INPUT_ALIASES.get(k, k) for k in component.metadata.kwargs)

@@ -1,0 +1,65 @@
+"""Audio prompts of audio-text-to-text exports: the audio tower's features over the prompt's audio tokens.
+
+Each model type's glue is what its forward does around the tower (:data:`AUDIO_GLUE`); Qwen2-Audio's: the tower
+takes the padded log-mel features and a bidirectional mask over its convolution's output frames (the real ones from
+``feature_attention_mask``), the projector maps its pooled output to the text width, each clip keeps its first
+``audio_output_lengths`` positions, and those are scattered over the audio tokens
+(``Qwen2AudioModel.forward``, transformers 5.x).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from ..capture.multimodal import merge_image_features
+from ..errors import UnsupportedError
+
+__all__ = ["AUDIO_GLUE", "merge_audio"]
+
+
+def _qwen2_audio(config: Any, encoder: Any, project: Callable | None, input_ids: torch.Tensor,
+                 embeds: torch.Tensor, inputs: dict) -> torch.Tensor:
+    features = inputs["input_features"]
+    batch, _, frames = features.shape
+    real = inputs.get("feature_attention_mask")
+    lengths = real.sum(-1) if real is not None else torch.full((batch,), frames, device=features.device)
+    conv = (lengths - 1) // 2 + 1  # Qwen2AudioEncoder._get_feat_extract_output_lengths
+    out_lengths = (conv - 2) // 2 + 1
+    width = (frames - 2) // 2 + 1
+    valid = torch.arange(width, device=features.device)[None, :] < conv[:, None]
+    call = {"input_features": features}
+    if encoder.mask_kind() == "4d":
+        call["attention_mask"] = valid[:, None, None, :].expand(batch, 1, width, width)
+    elif not bool(valid.all()):
+        raise UnsupportedError(
+            "this audio clip is shorter than the audio tower's window (feature_attention_mask holds zeros), but the "
+            "exported tower takes no attention mask: its sample clip had none. Re-export with a sample whose "
+            "feature_attention_mask pads a clip, or pass full-length clips"
+        )
+    output = encoder.runner(**call)
+    hidden = output.last_hidden_state if hasattr(output, "last_hidden_state") else output[0]
+    projected = project(hidden) if project is not None else hidden
+    keep = torch.arange(projected.shape[1], device=projected.device)[None, :] < out_lengths[:, None]
+    return merge_image_features(input_ids, embeds, projected[keep], int(config.audio_token_id))
+
+
+#: model_type -> ``fn(config, encoder component, projector or None, input_ids, embeds, inputs)`` -> merged embeds
+AUDIO_GLUE: dict[str, Callable[..., torch.Tensor]] = {"qwen2_audio": _qwen2_audio}
+
+
+def merge_audio(config: Any, encoder: Any, project: Callable | None, input_ids: torch.Tensor, embeds: torch.Tensor,
+                inputs: dict) -> torch.Tensor:
+    """The prompt's embeddings with the audio features merged in (unchanged for a prompt without audio)."""
+    if inputs.get("input_features") is None:
+        return embeds
+    model_type = getattr(config, "model_type", None)
+    glue = AUDIO_GLUE.get(model_type)
+    if glue is None:
+        raise UnsupportedError(
+            f"generate() merges audio features for {sorted(AUDIO_GLUE)}; {model_type}'s glue around its audio tower "
+            "is not reproduced yet: generate with the eager model"
+        )
+    return glue(config, encoder, project, input_ids, embeds, inputs)
