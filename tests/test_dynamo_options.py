@@ -146,8 +146,8 @@ def test_static_multi_token_decode_serves_the_prefill_and_saves_one_program(tmp_
 def test_static_cache_made_for_another_batch_runs_in_place_or_fails_clearly(static_llama):
     """torch.export compares a cache's whole pytree context, which for a StaticCache records ``batch_size``: a cache
     the caller built at batch 3 runs on a batch-dynamic export traced at batch 2 (its tensors rebound into the traced
-    structure, so the write lands in the caller's cache), and a fresh, still unallocated StaticCache gets an
-    UnsupportedError that says why instead of torch's tree-spec ValueError."""
+    structure, so the write lands in the caller's cache), and a fresh, still unallocated StaticCache is allocated
+    at the call's batch and written, as the eager forward does with it (what a captured prefill's cache is)."""
     import copy
 
     from transformers import StaticCache
@@ -157,8 +157,13 @@ def test_static_cache_made_for_another_batch_runs_in_place_or_fails_clearly(stat
     prompt = case.inputs(3, 9, padded=False)
     mask = (torch.arange(64) <= 9).view(1, 1, 1, 64).expand(3, 1, 1, 64)
     step = {"input_ids": torch.tensor([[5], [7], [11]]), "position_ids": torch.full((3, 1), 9), "attention_mask": mask}
-    with pytest.raises(UnsupportedError, match="fresh StaticCache has none yet"):
-        decode(**step, past_key_values=StaticCache(config=model.config, max_cache_len=64))
+    fresh, eager_fresh = (StaticCache(config=model.config, max_cache_len=64) for _ in range(2))
+    got = decode(**step, past_key_values=fresh)
+    with torch.no_grad():
+        want = model(**step, past_key_values=eager_fresh).logits  # the same call, eager
+    assert (got.logits - want).abs().max().item() <= 1e-4
+    assert fresh.layers[0].keys.shape[0] == 3  # allocated at the call's batch
+    assert (fresh.layers[0].keys - eager_fresh.layers[0].keys).abs().max().item() <= 1e-5
 
     cache = StaticCache(config=model.config, max_cache_len=64)
     with torch.no_grad():

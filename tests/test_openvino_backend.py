@@ -5,12 +5,10 @@ Tiny Llama exports only (seconds each); module-scoped fixtures share them betwee
 
 from __future__ import annotations
 
-import copy
-
 import pytest
 import torch
 
-from hfexport import ConfigError, ExportedModel, MissingPackageError, OpenVINOConfig, UnsupportedError
+from hfexport import ConfigError, ExportedModel, MissingPackageError, OpenVINOConfig
 from hfexport.exporter_openvino import OpenVINOExporter
 from hfexport.validation import compare_outputs
 from backend_fixtures import CASE, model, plain_fixture, static_config  # noqa: F401 (model: a fixture)
@@ -171,13 +169,6 @@ def test_missing_openvino_names_the_pip_line(monkeypatch, model):
     with pytest.raises(MissingPackageError) as info:
         OpenVINOExporter().export(model, CASE.inputs(2, 7), OpenVINOConfig())
     assert "hfexport[openvino]" in info.value.pip_line and "openvino==" in info.value.pip_line
-
-
-def test_beam_search_is_refused_by_name_where_the_cache_cannot_be_reordered(stateful):
-    exported = copy.copy(stateful)
-    exported.export_format = "executorch"
-    with pytest.raises(UnsupportedError, match="executorch backend"):
-        exported.generate(**CASE.inputs(1, 5), num_beams=2, max_new_tokens=4)
 
 
 def test_workarounds_that_fired_are_recorded(stateful):

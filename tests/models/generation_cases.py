@@ -18,3 +18,26 @@ def generation_config(model, cache):
         gen.cache_implementation = "static"
         gen.max_cache_len = 64
     return gen
+
+
+def exporter_for(backend, dynamic=True):
+    """``(exporter, config)`` for a backend name (skips, naming the package, where its runtime is not installed)."""
+    import pytest
+
+    if backend == "dynamo":
+        from hfexport import DynamoConfig
+        from hfexport.exporter_dynamo import DynamoExporter
+        return DynamoExporter(), DynamoConfig(dynamic=dynamic)
+    package = {"onnx": "onnxruntime", "openvino": "openvino", "executorch": "executorch"}[backend]
+    pytest.importorskip(package, reason=f"the {backend} backend needs the {package} package")
+    if backend == "onnx":
+        from hfexport import OnnxConfig
+        from hfexport.exporter_onnx import OnnxExporter
+        return OnnxExporter(), OnnxConfig(dynamic=dynamic)
+    if backend == "openvino":
+        from hfexport import OpenVINOConfig
+        from hfexport.exporter_openvino import OpenVINOExporter
+        return OpenVINOExporter(), OpenVINOConfig(dynamic=dynamic)
+    from hfexport import ExecutorchConfig
+    from hfexport.exporter_executorch import ExecutorchExporter
+    return ExecutorchExporter(), ExecutorchConfig(dynamic=dynamic)

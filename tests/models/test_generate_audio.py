@@ -9,8 +9,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from hfexport import DynamoConfig, OnnxConfig
-from hfexport.exporter_dynamo import DynamoExporter
+from generation_cases import exporter_for
 from hfexport.testing.tiny_audio import AUDIO_ID, qwen2_audio, qwen2_audio_inputs
 
 NEW = 10
@@ -28,12 +27,7 @@ _EXPORTS: dict = {}
 
 def _exported(model, backend):
     if backend not in _EXPORTS:
-        if backend == "onnx":
-            pytest.importorskip("onnxruntime", reason="the ONNX backend needs onnxruntime")
-            from hfexport.exporter_onnx import OnnxExporter
-            exporter, config = OnnxExporter(), OnnxConfig(dynamic=True)
-        else:
-            exporter, config = DynamoExporter(), DynamoConfig(dynamic=True)
+        exporter, config = exporter_for(backend)
         # a padded clip in the sample: the tower is traced with its mask
         _EXPORTS[backend] = exporter.export_for_generation(model, qwen2_audio_inputs([20, 32]), config)
     return _EXPORTS[backend]

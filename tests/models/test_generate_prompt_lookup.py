@@ -15,8 +15,8 @@ import pytest
 import torch
 from transformers import GenerationConfig
 
-from hfexport import DynamoConfig, OnnxConfig, UnsupportedError
-from hfexport.exporter_dynamo import DynamoExporter
+from generation_cases import exporter_for
+from hfexport import UnsupportedError
 from hfexport.testing.tiny import TINY_CASES
 
 NEW = 20
@@ -51,12 +51,7 @@ def assistants(model):
 def _export(model, backend, cache, multi=True):
     gen = GenerationConfig(cache_implementation="static", max_cache_len=64) if cache == "static" else None
     sample = TINY_CASES["llama"].inputs(1, 6)
-    if backend == "onnx":
-        pytest.importorskip("onnxruntime", reason="the ONNX backend needs onnxruntime")
-        from hfexport.exporter_onnx import OnnxExporter
-        exporter, config = OnnxExporter(), OnnxConfig(dynamic=True)
-    else:
-        exporter, config = DynamoExporter(), DynamoConfig(dynamic=True)
+    exporter, config = exporter_for(backend)
     return exporter.export_for_generation(model, sample, config, generation_config=gen, multi_token_decode=multi)
 
 

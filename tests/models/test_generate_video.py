@@ -10,7 +10,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from hfexport import DynamoConfig, OnnxConfig, UnsupportedError
+from generation_cases import exporter_for
+from hfexport import DynamoConfig, UnsupportedError
 from hfexport.exporter_dynamo import DynamoExporter
 from hfexport.testing.tiny import TINY_CASES
 from hfexport.testing.tiny_multimodal import (
@@ -72,12 +73,7 @@ _EXPORTS: dict = {}
 
 def _exported(model, backend):
     if backend not in _EXPORTS:
-        if backend == "onnx":
-            pytest.importorskip("onnxruntime", reason="the ONNX backend needs onnxruntime")
-            from hfexport.exporter_onnx import OnnxExporter
-            exporter, config = OnnxExporter(), OnnxConfig(dynamic=True)
-        else:
-            exporter, config = DynamoExporter(), DynamoConfig(dynamic=True)
+        exporter, config = exporter_for(backend)
         _EXPORTS[backend] = exporter.export_for_generation(model, TINY_CASES["qwen2_vl"].inputs(2, 6), config)
     return _EXPORTS[backend]
 

@@ -18,8 +18,8 @@ import copy
 import pytest
 import torch
 
-from hfexport import DynamoConfig, ExecutorchConfig, OnnxConfig, OpenVINOConfig, UnsupportedError
-from hfexport.exporter_dynamo import DynamoExporter
+from generation_cases import exporter_for
+from hfexport import UnsupportedError
 from hfexport.testing.tiny import TINY_CASES
 from hfexport.testing.tiny_multimodal import WHISPER_FRAMES, WHISPER_MEL_BINS
 from hfexport.testing.tiny_whisper import WHISPER_SPECIAL, whisper_generation_config
@@ -47,22 +47,6 @@ BACKENDS = ("dynamo", "onnx", "openvino", "executorch")
 DEFAULT = {("dynamo", "dynamic"), ("onnx", "static"), ("openvino", "dynamic"), ("executorch", "static")}
 
 
-def _exporter(backend):
-    if backend == "dynamo":
-        return DynamoExporter(), DynamoConfig(dynamic=True)
-    if backend == "onnx":
-        pytest.importorskip("onnxruntime", reason="the ONNX backend needs onnxruntime")
-        from hfexport.exporter_onnx import OnnxExporter
-        return OnnxExporter(), OnnxConfig(dynamic=True)
-    if backend == "openvino":
-        pytest.importorskip("openvino", reason="the OpenVINO backend needs the openvino package")
-        from hfexport.exporter_openvino import OpenVINOExporter
-        return OpenVINOExporter(), OpenVINOConfig(dynamic=True)
-    pytest.importorskip("executorch", reason="the ExecuTorch backend needs the executorch package")
-    from hfexport.exporter_executorch import ExecutorchExporter
-    return ExecutorchExporter(), ExecutorchConfig(dynamic=True)
-
-
 @pytest.fixture(scope="module")
 def model():
     model = TINY_CASES["whisper"].build()
@@ -76,7 +60,7 @@ _EXPORTS: dict = {}
 def _exported(model, backend, cache):
     key = (backend, cache)
     if key not in _EXPORTS:
-        exporter, config = _exporter(backend)
+        exporter, config = exporter_for(backend)
         gen = copy.deepcopy(model.generation_config)
         if cache == "static":
             gen.cache_implementation, gen.max_cache_len = "static", 64
