@@ -42,21 +42,7 @@ def generate_encoder_decoder(exported: Any, plan: Any, inputs: dict) -> Any:
         )
 
     def step_kwargs(component: Component, ids: torch.Tensor, start: int, cache: Any) -> dict:
-        call = dict(extra)
-        call["decoder_input_ids"] = ids
-        call["encoder_outputs"] = encoder_outputs
-        kind = component.mask_kind("decoder_attention_mask")
-        if kind == "2d":
-            call["decoder_attention_mask"] = torch.ones(batch, start + ids.shape[-1], dtype=torch.long, device=device)
-        elif kind in ("4d", "dict"):
-            valid = torch.zeros(batch, capacity, dtype=torch.bool, device=device)
-            valid[:, : start + ids.shape[-1]] = True
-            q_slots = torch.arange(start, start + ids.shape[-1], device=device)
-            call["decoder_attention_mask"] = slot_masks(kind, component.mask_keys("decoder_attention_mask"), valid,
-                                                         q_slots, None)
-        if component.cache_key:
-            call[component.cache_key] = cache
-        return call
+        return _decoder_call(component, ids, start, capacity, encoder_outputs, extra, cache)
 
     out = prefill.runner(**step_kwargs(prefill, decoder_ids, 0, prefill.initial_cache(batch, device)))
     state = {"out": out, "length": prompt_len}
@@ -90,20 +76,28 @@ def forward_once(exported: Any, inputs: dict, decoder_input_ids: torch.Tensor) -
     cache) over ``decoder_input_ids``: what Whisper's language detection and no-speech check call the model for."""
     encoder, prefill = Component(exported, "encoder"), Component(exported, "prefill")
     encoder_outputs, batch, device = _encode(encoder, {k: v for k, v in inputs.items() if k != "use_cache"})
-    call = {"decoder_input_ids": decoder_input_ids, "encoder_outputs": encoder_outputs}
-    kind = prefill.mask_kind("decoder_attention_mask")
-    length = decoder_input_ids.shape[-1]
+    return prefill.runner(**_decoder_call(prefill, decoder_input_ids, 0, prefill.cache_capacity(), encoder_outputs,
+                                          {}, prefill.initial_cache(batch, device)))
+
+
+def _decoder_call(component: Component, ids: torch.Tensor, start: int, capacity: int | None, encoder_outputs: Any,
+                  extra: dict, cache: Any) -> dict:
+    """A decoder graph's kwargs for ``ids`` at positions ``start ..``: its mask (2D, or 4D slot masks over a static
+    cache of ``capacity`` slots), the encoder's outputs, the cache."""
+    batch, device = ids.shape[0], ids.device
+    end = start + ids.shape[-1]
+    call = dict(extra, decoder_input_ids=ids, encoder_outputs=encoder_outputs)
+    kind = component.mask_kind("decoder_attention_mask")
     if kind == "2d":
-        call["decoder_attention_mask"] = torch.ones(batch, length, dtype=torch.long, device=device)
+        call["decoder_attention_mask"] = torch.ones(batch, end, dtype=torch.long, device=device)
     elif kind in ("4d", "dict"):
-        capacity = prefill.cache_capacity() or length
-        valid = torch.zeros(batch, capacity, dtype=torch.bool, device=device)
-        valid[:, :length] = True
-        call["decoder_attention_mask"] = slot_masks(kind, prefill.mask_keys("decoder_attention_mask"), valid,
-                                                     torch.arange(length, device=device), None)
-    if prefill.cache_key:
-        call[prefill.cache_key] = prefill.initial_cache(batch, device)
-    return prefill.runner(**call)
+        valid = torch.zeros(batch, capacity or end, dtype=torch.bool, device=device)
+        valid[:, :end] = True
+        call["decoder_attention_mask"] = slot_masks(kind, component.mask_keys("decoder_attention_mask"), valid,
+                                                     torch.arange(start, end, device=device), None)
+    if component.cache_key:
+        call[component.cache_key] = cache
+    return call
 
 
 def _pad_to_cross_cache(component: Component, inputs: dict) -> dict:
