@@ -11,6 +11,7 @@ import torch
 
 import hfexport
 from hfexport import (
+    AotiConfig,
     AutoExportConfig,
     AutoHfExporter,
     ConfigError,
@@ -54,6 +55,8 @@ SPEC_FIELDS = {
         ("compress_to_fp16", False),
         ("stateful", True),
     ],
+    # not in the spec: the AOTInductor backend's config (DESIGN 2.6), held to the same rules
+    AotiConfig: [("export_format", ExportFormat.AOTI), *_BASE, ("inductor_configs", None)],
 }
 
 
@@ -63,6 +66,7 @@ def test_export_format_values():
         "ONNX": "onnx",
         "EXECUTORCH": "executorch",
         "OPENVINO": "openvino",
+        "AOTI": "aoti",
     }
     assert ExportFormat("onnx") is ExportFormat.ONNX
     assert ExportFormat.ONNX == "onnx"  # a str enum: compares with the plain name
@@ -82,7 +86,7 @@ def test_fields_and_defaults_match_the_spec(cls):
     assert {name: getattr(instance, name) for name, _ in SPEC_FIELDS[cls]} == dict(SPEC_FIELDS[cls])
 
 
-@pytest.mark.parametrize("cls", [OnnxConfig, ExecutorchConfig, OpenVINOConfig], ids=lambda c: c.__name__)
+@pytest.mark.parametrize("cls", [OnnxConfig, ExecutorchConfig, OpenVINOConfig, AotiConfig], ids=lambda c: c.__name__)
 def test_backend_configs_inherit_dynamo_config(cls):
     assert issubclass(cls, DynamoConfig)
 
@@ -98,6 +102,7 @@ def test_backend_configs_inherit_dynamo_config(cls):
         OnnxConfig(optimize=False),
         ExecutorchConfig(backend="mlx", alloc_graph_input=False, alloc_graph_output=False, alloc_mutable_buffers=False),
         OpenVINOConfig(compress_to_fp16=True, stateful=False, dynamic=True),
+        AotiConfig(dynamic=True, inductor_configs={"max_autotune": True, "cpp.simdlen": 256}),
     ],
     ids=lambda c: type(c).__name__,
 )

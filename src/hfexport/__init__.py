@@ -24,7 +24,7 @@ from .formats import ExportFormat
 # the backends and their runtimes stay unloaded until one of their names is used
 _LAZY = {
     **{name: f"hfexport.configs:{name}" for name in (
-        "DynamoConfig", "ExecutorchConfig", "ExportConfigMixin", "OnnxConfig", "OpenVINOConfig")},
+        "AotiConfig", "DynamoConfig", "ExecutorchConfig", "ExportConfigMixin", "OnnxConfig", "OpenVINOConfig")},
     **{name: f"hfexport.exported:{name}" for name in ("ExportedComponent", "ExportedModel")},
     "HfExporter": "hfexport.exporter:HfExporter",
     **{name: f"hfexport.metadata:{name}" for name in ("ExportMetadata", "IORole", "TensorSpec")},
@@ -39,6 +39,7 @@ _LAZY = {
     "OnnxExporter": "hfexport.backends.onnx.exporter:OnnxExporter",
     "ExecutorchExporter": "hfexport.backends.executorch.exporter:ExecutorchExporter",
     "OpenVINOExporter": "hfexport.backends.openvino.exporter:OpenVINOExporter",
+    "AotiExporter": "hfexport.backends.aoti.exporter:AotiExporter",
 }
 
 __all__ = [
@@ -49,6 +50,7 @@ __all__ = [
     "OnnxConfig",
     "ExecutorchConfig",
     "OpenVINOConfig",
+    "AotiConfig",
     "AutoExportConfig",
     # exporters
     "HfExporter",

@@ -22,6 +22,7 @@ __all__ = [
     "OnnxConfig",
     "ExecutorchConfig",
     "OpenVINOConfig",
+    "AotiConfig",
     "dynamic_shapes_to_data",
     "dynamic_shapes_from_data",
 ]
@@ -334,9 +335,47 @@ class OpenVINOConfig(DynamoConfig):
     }
 
 
+@dataclasses.dataclass
+class AotiConfig(DynamoConfig):
+    """Configuration for compiling the ``torch.export`` graph ahead of time with AOTInductor (a ``.pt2`` package).
+
+    The package holds machine code built for this machine's CPU (``-march=native``) and this torch: it loads only
+    where both match (the loader says which feature or version differs), and only with ``trust_remote_code=True``.
+
+    Args:
+        inductor_configs: Inductor options for the compile (``{"max_autotune": True}``, ``{"cpp.simdlen": 256}``),
+            passed to ``torch._inductor.aoti_compile_and_package``; JSON values only (the export records them).
+
+    Example:
+        >>> AotiConfig(dynamic=True).to_dict()["export_format"]
+        'aoti'
+    """
+
+    export_format: ExportFormat = ExportFormat.AOTI
+    inductor_configs: dict[str, Any] | None = None
+
+    _checks: ClassVar = {"inductor_configs": ((dict, type(None)), None)}
+
+    def _problems(self) -> list[str]:
+        problems = super()._problems()
+        if isinstance(self.inductor_configs, dict):
+            for key, value in self.inductor_configs.items():
+                if not isinstance(key, str):
+                    problems.append(f"inductor_configs: keys are Inductor option names (str), got {key!r}")
+                elif key.startswith("aot_inductor.package"):
+                    problems.append(f"inductor_configs: {key!r} is set by the exporter (the weights are stored once "
+                                    "beside the packages, outside the shared library)")
+                try:
+                    json.dumps(value)
+                except TypeError:
+                    problems.append(f"inductor_configs[{key!r}]: {type(value).__name__} is not a JSON value")
+        return problems
+
+
 BUILTIN_CONFIGS: dict[ExportFormat, type[ExportConfigMixin]] = {
     ExportFormat.DYNAMO: DynamoConfig,
     ExportFormat.ONNX: OnnxConfig,
     ExportFormat.EXECUTORCH: ExecutorchConfig,
     ExportFormat.OPENVINO: OpenVINOConfig,
+    ExportFormat.AOTI: AotiConfig,
 }

@@ -241,6 +241,11 @@ class ExportedModel:
 
         exporter = exporter_class_for(manifest["export_format"])()
         exporter.validate_environment()
+        if getattr(exporter, "loads_machine_code", False) and not trust_remote_code:
+            raise UnsupportedError(
+                f"{root}: a {manifest['export_format']} export holds compiled machine code (a shared library) that "
+                "runs as it loads; load it only from a source you trust, with trust_remote_code=True"
+            )
         components = {}
         programs: dict[str, Any] = {}  # components saved as one file (one graph serving two stages) load it once
         for name, entry in manifest["components"].items():

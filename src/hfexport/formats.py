@@ -15,6 +15,7 @@ class ExportFormat(str, enum.Enum):
     ONNX = "onnx"
     EXECUTORCH = "executorch"
     OPENVINO = "openvino"
+    AOTI = "aoti"
 
     def __str__(self) -> str:
         return self.value

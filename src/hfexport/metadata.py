@@ -276,6 +276,9 @@ class ExportMetadata:
     #: ``[slot, value]`` of each input the export specialised to a constant (an int, a None) that the lowered
     #: program still takes as an input, with the value it must be fed (ExecuTorch methods keep them)
     program_constants: list[list] = dataclasses.field(default_factory=list)
+    #: the machine a compiled program's code was built for (AOTInductor: CPU features, compiler, torch), which its
+    #: loader checks before loading the code; empty for the other formats
+    compiled_for: dict[str, Any] = dataclasses.field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
@@ -370,6 +373,7 @@ _FIELD_TYPES: dict[str, tuple[Any, str]] = {
     "packages": (dict, "an object"), "export_config": (dict, "an object"), "kwargs": (dict, "an object"),
     "in_constants": (dict, "an object"), "out_constants": (list, "a list"), "inputs": (list, "a list"),
     "outputs": (list, "a list"), "workarounds": (list, "a list"), "program_constants": (list, "a list"),
+    "compiled_for": (dict, "an object"),
 }
 
 

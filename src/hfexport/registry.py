@@ -31,6 +31,7 @@ _BUILTIN: dict[ExportFormat, tuple[str, str]] = {
         "hfexport.backends.openvino.exporter:OpenVINOExporter",
         "hfexport.backends.openvino.runner:OpenVINORunner",
     ),
+    ExportFormat.AOTI: ("hfexport.backends.aoti.exporter:AotiExporter", "hfexport.backends.aoti.runner:AotiRunner"),
 }
 
 _lock = threading.Lock()

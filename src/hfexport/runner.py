@@ -181,8 +181,9 @@ class ModelRunner:
         return self.unflatten(outputs)
 
     def flatten(self, inputs: Mapping[str, Any], copy: bool = False) -> list[torch.Tensor]:
-        """The tensor inputs in the program's order, cast to the traced dtypes."""
-        return self.cast_inputs(self._checked(tensor_leaves(dict(inputs))), copy)
+        """The tensor inputs in the program's order (a fresh static cache's layers allocated, see
+        :meth:`initialize_lazy_caches`), cast to the traced dtypes."""
+        return self.cast_inputs(self.flat_leaves(inputs), copy)
 
     def flat_leaves(self, inputs: Mapping[str, Any]) -> list[torch.Tensor]:
         """The tensor leaves of ``inputs`` in the program's order, not cast (:func:`~hfexport.pytrees.tensor_leaves`
