@@ -17,7 +17,8 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 # one module per backend, in the order they run; each has main(argv) -> exit status
-BENCHES = ["bench_dynamo", "bench_onnx", "bench_executorch", "bench_quantized", "bench_openvino", "bench_prefill"]
+BENCHES = ["bench_dynamo", "bench_onnx", "bench_executorch", "bench_quantized", "bench_openvino", "bench_aoti",
+           "bench_prefill"]
 
 
 def _ensure_hfexport_importable() -> None:

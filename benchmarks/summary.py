@@ -47,6 +47,9 @@ ROWS = [
      "hfexport ExecuTorch XNNPACK, static cache 256, multi-token decode"),
     ("RESULTS_EXECUTORCH", "peer-runner", "peer", "executorch (peer)",
      "peer: transformers.exporters ExecuTorch XNNPACK, same recipe (dynamic=True), its own runner"),
+    ("RESULTS_AOTI", "static", "static", "aoti",
+     "hfexport AOTInductor (.pt2 package, -march=native), static cache 256, multi-token decode"),
+    ("RESULTS_AOTI", "dynamic", "dynamic", "aoti", "hfexport AOTInductor, dynamic cache (prefill + decode packages)"),
 ]
 # optimum's exporters, checked with `pip install --dry-run -c constraints.txt <package>` (November 2026)
 OPTIMUM = (

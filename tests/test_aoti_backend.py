@@ -203,3 +203,17 @@ def test_no_compiler_is_a_clear_error_before_tracing(model, monkeypatch):
     monkeypatch.setattr(torch.export, "export", lambda *a, **k: pytest.fail("traced without a compiler"))
     with pytest.raises(UnsupportedError, match="needs a C\\+\\+ compiler on PATH"):
         AotiExporter().export(model, CASE.inputs(2, 7), AotiConfig())
+
+
+def test_the_command_line_loads_compiled_code_only_with_trust_remote_code(saved, capsys):
+    from hfexport.cli import main
+    from hfexport.cli.run import load_generation_export
+
+    with pytest.raises(UnsupportedError, match="trust_remote_code=True"):
+        load_generation_export(saved)
+    exported, _ = load_generation_export(saved, trust_remote_code=True)
+    assert set(exported.components) == {"prefill", "decode"}
+    for command in ("run", "validate", "bench"):
+        with pytest.raises(SystemExit):
+            main([command, "--help"])
+        assert "--trust-remote-code" in capsys.readouterr().out, command

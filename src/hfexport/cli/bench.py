@@ -27,7 +27,7 @@ from typing import Any
 from .quiet import terminal
 
 from ..errors import HfExportError, UnsupportedError
-from .run import check_vocab, has_tokenizer, load_generation_export, load_tokenizer, vocab_size
+from .run import add_trust_flag, check_vocab, has_tokenizer, load_generation_export, load_tokenizer, vocab_size
 from .timing import best_and_median, peak_rss_mb, timed_generate
 
 __all__ = ["add_bench_parser", "cmd_bench", "bench", "main"]
@@ -50,6 +50,7 @@ def add_bench_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--eager", metavar="MODEL", default=None,
                    help="a model folder (or Hub id when online) to time eager model.generate against, same rounds")
     p.add_argument("--json", action="store_true", help="print one JSON object")
+    add_trust_flag(p)
     p.set_defaults(func=cmd_bench)
     return p
 
@@ -111,12 +112,12 @@ def _ratio(num: float | None, den: float | None) -> float | None:
 
 
 def bench(directory: Path, *, prompt_len: int = 32, new_tokens: int = 32, repeats: int = 5,
-          eager: str | None = None) -> dict[str, Any]:
+          eager: str | None = None, trust_remote_code: bool = False) -> dict[str, Any]:
     """Time the export in ``directory`` (and ``eager``'s model, interleaved); returns the JSON report as a dict."""
     import torch
 
     directory = Path(directory)
-    exported, load_s = load_generation_export(directory)
+    exported, load_s = load_generation_export(directory, trust_remote_code)
     inputs, source = _prompt(directory, exported, prompt_len)
     generation = {"max_new_tokens": new_tokens, "min_new_tokens": new_tokens, "do_sample": False}
 
@@ -207,7 +208,7 @@ def _table(report: dict[str, Any]) -> str:
 def cmd_bench(args: argparse.Namespace) -> int:
     _check_args(args)
     report = bench(args.directory, prompt_len=args.prompt_len, new_tokens=args.new_tokens, repeats=args.repeats,
-                   eager=args.eager)
+                   eager=args.eager, trust_remote_code=args.trust_remote_code)
     print(json.dumps(report, indent=2) if args.json else _table(report))
     return 0
 

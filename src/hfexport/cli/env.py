@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import shutil
 import sys
 from collections.abc import Mapping, Sequence
 from importlib import metadata
@@ -68,7 +69,7 @@ def _cpu() -> dict[str, object]:
 
 def _backend_shipped(name: str) -> bool:
     """Whether this hfexport release has the backend package (found without importing it or its runtime)."""
-    if name not in ("dynamo", "onnx", "executorch", "openvino"):
+    if name not in ("dynamo", "onnx", "executorch", "openvino", "aoti"):
         return True
     import importlib.util
 
@@ -109,13 +110,16 @@ def environment_report(
     for backend, needs in extras.items():
         missing = [d for d in needs if dependencies[d]["status"] == "missing"]
         shipped = _backend_shipped(backend)
+        # AOTInductor compiles C++ at export: a compiler is what it needs beyond the core packages
+        no_compiler = backend == "aoti" and not any(shutil.which(c) for c in ("g++", "c++", "clang++"))
         backends[backend] = {
-            "usable": not missing and shipped,
+            "usable": not missing and shipped and not no_compiler,
             "implemented": shipped,
             "requires": needs,
             "missing": missing,
             "drift": [d for d in needs if dependencies[d]["status"] == "drift"],
             "pip": pip_line(missing, tested=tested) if missing else "",
+            **({"note": "needs a C++ compiler on PATH to export (e.g. apt install g++)"} if no_compiler else {}),
         }
     return {
         "hfexport": _installed_version("hfexport"),
@@ -168,7 +172,7 @@ def format_report(report: Mapping) -> str:
         if not b.get("implemented", True):
             note = "not in this hfexport release yet"
         elif not b["usable"]:
-            note = b["pip"]
+            note = b["pip"] or b.get("note", "")
         elif b["drift"]:
             note = "untested versions: " + ", ".join(f"{d} {deps[d]['installed']}" for d in b["drift"])
         else:

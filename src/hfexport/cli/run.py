@@ -38,7 +38,7 @@ from .quiet import terminal
 from .timing import TextPrinter, timed_generate
 
 __all__ = ["add_run_parser", "cmd_run", "run", "chat", "main", "has_tokenizer", "load_processor", "media_inputs",
-           "load_tokenizer", "load_generation_export", "check_vocab", "vocab_size", "generation_kwargs"]
+           "load_tokenizer", "load_generation_export", "add_trust_flag", "check_vocab", "vocab_size", "generation_kwargs"]
 
 # Any one of these in a folder means a tokenizer was saved there.
 _TOKENIZER_FILES = (
@@ -93,11 +93,19 @@ def add_run_parser(subparsers: Any) -> argparse.ArgumentParser:
                         "the model's input (resampled to its rate); the transcript is printed")
     p.add_argument("--seed", type=int, default=None, help="seed torch's RNG (for sampling)")
     p.add_argument("--json", action="store_true", help="print one JSON object (with --chat: at the end, no stream)")
+    add_trust_flag(p)
     p.set_defaults(func=cmd_run)
     return p
 
 
 # --- the folder ---------------------------------------------------------------------------------------------------
+
+
+def add_trust_flag(parser: argparse.ArgumentParser) -> None:
+    """``--trust-remote-code``: what ``from_pretrained(trust_remote_code=True)`` says, for the commands that load."""
+    parser.add_argument("--trust-remote-code", action="store_true",
+                        help="load compiled code an export holds (an AOTInductor package's shared library, which "
+                             "runs as it loads): only for folders from a source you trust")
 
 
 def has_tokenizer(directory: Path) -> bool:
@@ -127,14 +135,15 @@ def _check_folder(directory: Path) -> None:
                                "export --output) wrote")
 
 
-def load_generation_export(directory: Path) -> tuple[Any, float]:
-    """``ExportedModel.from_pretrained(directory)`` and the seconds it took; refuses a non-generation export."""
+def load_generation_export(directory: Path, trust_remote_code: bool = False) -> tuple[Any, float]:
+    """``ExportedModel.from_pretrained(directory)`` and the seconds it took; refuses a non-generation export.
+    ``trust_remote_code``: load compiled code (an AOTInductor export's library), as ``--trust-remote-code`` says."""
     from ..exported import ExportedModel
 
     directory = Path(directory)
     _check_folder(directory)
     start = time.perf_counter()
-    exported = ExportedModel.from_pretrained(directory)
+    exported = ExportedModel.from_pretrained(directory, trust_remote_code=trust_remote_code)
     load_s = time.perf_counter() - start
     missing = {"prefill", "decode"} - set(exported.components)
     if missing and "language_model" not in exported.components:
@@ -289,7 +298,7 @@ def media_inputs(directory: Path, prompt: str | None, images: list[Path] | None,
 # --- one prompt ------------------------------------------------------------------------------------------------
 
 
-def run(directory: Path, prompt: str | None, *, chat: bool = False, generation: dict[str, Any] | None = None,
+def run(directory: Path, prompt: str | None, *, trust_remote_code: bool = False, chat: bool = False, generation: dict[str, Any] | None = None,
         seed: int | None = None, images: list[Path] | None = None, audio: Path | None = None) -> dict[str, Any]:
     """Load ``directory``, generate for ``prompt`` (with ``images``, or for ``audio``), and return the text, the
     token ids and the timings."""
@@ -307,7 +316,7 @@ def run(directory: Path, prompt: str | None, *, chat: bool = False, generation: 
     else:
         tokenizer = load_tokenizer(directory)
         inputs = _encode(tokenizer, prompt, [{"role": "user", "content": prompt}] if chat else None)
-    exported, load_s = load_generation_export(directory)
+    exported, load_s = load_generation_export(directory, trust_remote_code)
     if "input_ids" in inputs:
         check_vocab(exported, inputs["input_ids"])
     if seed is not None:
@@ -343,7 +352,7 @@ def user_turns(stream: TextIO, first: str | None = None, ask: TextIO | None = No
         yield text
 
 
-def chat(directory: Path, turns: Iterable[str], *, generation: dict[str, Any] | None = None,
+def chat(directory: Path, turns: Iterable[str], *, trust_remote_code: bool = False, generation: dict[str, Any] | None = None,
          seed: int | None = None, stream: bool = True) -> dict[str, Any]:
     """Hold a conversation with the export in ``directory``: each user turn of ``turns`` (consumed lazily, so an
     interactive reader sees each reply before it is asked for the next turn) goes through the chat template with the
@@ -356,7 +365,7 @@ def chat(directory: Path, turns: Iterable[str], *, generation: dict[str, Any] | 
     tokenizer = load_tokenizer(directory)
     if not getattr(tokenizer, "chat_template", None):
         raise UnsupportedError("--chat: the tokenizer in this folder has no chat template; drop --chat")
-    exported, load_s = load_generation_export(directory)
+    exported, load_s = load_generation_export(directory, trust_remote_code)
     if seed is not None:
         torch.manual_seed(seed)
     generation = dict(generation or {})
@@ -402,7 +411,8 @@ def cmd_run(args: argparse.Namespace) -> int:
             raise UnsupportedError("--chat takes text turns only; for an image or audio prompt drop --chat")
         interactive = sys.stdin.isatty() and not args.json
         turns = user_turns(sys.stdin, args.prompt, ask=terminal() if interactive else None)
-        result = chat(args.directory, turns, generation=generation, seed=args.seed, stream=not args.json)
+        result = chat(args.directory, turns, generation=generation, seed=args.seed, stream=not args.json,
+                      trust_remote_code=args.trust_remote_code)
         if args.json:
             print(json.dumps(result, indent=2))
         elif result["turns"]:
@@ -413,7 +423,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.prompt is None and not args.image and args.audio is None:
         raise UnsupportedError("pass --prompt TEXT (or --chat to read the conversation from standard input)")
     result = run(args.directory, args.prompt, generation=generation, seed=args.seed, images=args.image,
-                 audio=args.audio)
+                 audio=args.audio, trust_remote_code=args.trust_remote_code)
     if args.json:
         print(json.dumps(result, indent=2))
         return 0

@@ -16,6 +16,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from .run import add_trust_flag
+
 __all__ = ["add_validate_parser", "cmd_validate"]
 
 
@@ -36,6 +38,7 @@ def add_validate_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--max-new-tokens", type=int, default=None,
                    help="tokens the generation check decodes (default: past the sliding window, within the cache)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
+    add_trust_flag(p)
     p.set_defaults(func=cmd_validate)
     return p
 
@@ -45,7 +48,8 @@ def _load(args: argparse.Namespace) -> tuple[Any, Any, dict[str, Any]]:
     from ..exported import ExportedModel
     from .loading import load_model_and_processor, sample_inputs
 
-    exported = ExportedModel.from_pretrained(args.directory)  # a ManifestError names what is wrong with the folder
+    # a ManifestError names what is wrong with the folder
+    exported = ExportedModel.from_pretrained(args.directory, trust_remote_code=args.trust_remote_code)
     try:
         model, processor = load_model_and_processor(args.model)
     except (OSError, ValueError, KeyError) as e:

@@ -28,7 +28,7 @@ _COLOURS = {"pass": "#2e7d32", "mismatch": "#f9a825", "fail": "#c62828", "timeou
             "n/a": "#ffffff"}
 
 
-_ORDER = ("dynamo", "onnx", "executorch", "openvino")
+_ORDER = ("dynamo", "onnx", "executorch", "openvino", "aoti")
 
 
 def _columns(rows: list[dict[str, Any]]) -> list[tuple[str, str]]:

@@ -21,7 +21,7 @@ from .launch import LAUNCHERS, kill_all, launch
 
 __all__ = ["Case", "BACKENDS", "STAGES", "plan", "run_matrix"]
 
-BACKENDS = ("dynamo", "onnx", "executorch", "openvino")
+BACKENDS = ("dynamo", "onnx", "executorch", "openvino", "aoti")
 STAGES = ("export", "generate")
 
 
