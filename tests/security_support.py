@@ -118,6 +118,7 @@ def _export(fmt: str, model: torch.nn.Module, directory: Path) -> Path:
         "onnx": (hfexport.OnnxExporter, lambda: hfexport.OnnxConfig(dynamic=True)),
         "openvino": (hfexport.OpenVINOExporter, lambda: hfexport.OpenVINOConfig(dynamic=True)),
         "executorch": (hfexport.ExecutorchExporter, lambda: hfexport.ExecutorchConfig(dynamic=True)),
+        "aoti": (hfexport.AotiExporter, lambda: hfexport.AotiConfig(dynamic=True, gemm="aten")),  # quick compile
     }[fmt]
     exported = exporter().export(model, CASE.inputs(2, 7), config())
     exported.save_pretrained(directory)

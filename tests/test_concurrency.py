@@ -39,7 +39,7 @@ import hfexport
 from hfexport.testing.tiny_multimodal import FIRST_REGULAR_ID, TEXT_ID_END
 from security_support import CASE, saved_exports, tiny_model  # noqa: F401 (fixtures)
 
-BACKENDS = ["dynamo", "onnx", "openvino", "executorch"]
+BACKENDS = ["dynamo", "onnx", "openvino", "executorch", "aoti"]
 CALLS = 300
 ATOL = 1e-4
 GENERATED = 12  # new tokens per generation in the stateful tests
@@ -78,7 +78,8 @@ def loaded(saved_exports):  # noqa: F811 (a fixture)
 
     def get(fmt: str) -> hfexport.ExportedModel:
         if fmt not in made:
-            made[fmt] = hfexport.ExportedModel.from_pretrained(saved_exports(fmt))
+            # an AOTI package is compiled code: trusted here, it was built in this session
+            made[fmt] = hfexport.ExportedModel.from_pretrained(saved_exports(fmt), trust_remote_code=fmt == "aoti")
         return made[fmt]
 
     return get

@@ -56,7 +56,7 @@ SPEC_FIELDS = {
         ("stateful", True),
     ],
     # not in the spec: the AOTInductor backend's config (DESIGN 2.6), held to the same rules
-    AotiConfig: [("export_format", ExportFormat.AOTI), *_BASE, ("inductor_configs", None)],
+    AotiConfig: [("export_format", ExportFormat.AOTI), *_BASE, ("gemm", "cpp"), ("inductor_configs", None)],
 }
 
 
@@ -102,7 +102,7 @@ def test_backend_configs_inherit_dynamo_config(cls):
         OnnxConfig(optimize=False),
         ExecutorchConfig(backend="mlx", alloc_graph_input=False, alloc_graph_output=False, alloc_mutable_buffers=False),
         OpenVINOConfig(compress_to_fp16=True, stateful=False, dynamic=True),
-        AotiConfig(dynamic=True, inductor_configs={"max_autotune": True, "cpp.simdlen": 256}),
+        AotiConfig(dynamic=True, gemm="aten", inductor_configs={"max_autotune": True, "cpp.simdlen": 256}),
     ],
     ids=lambda c: type(c).__name__,
 )

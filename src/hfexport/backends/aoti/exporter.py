@@ -15,7 +15,8 @@ from ...exporter import HfExporter
 from ...metadata import ExportMetadata
 from ...pytrees import register_cache_classes
 from ...stages import ExportStep
-from .package import WEIGHTS_NAME, AotiProgram, check_package, compile_package, load_weights, save_weights
+from .package import (WEIGHTS_NAME, AotiProgram, check_package, compile_package, inductor_options, load_weights,
+                      save_weights)
 from .target import build_target
 
 __all__ = ["AotiExporter"]
@@ -58,7 +59,7 @@ class AotiExporter(HfExporter):
         """The template's stages (the graph as Dynamo exports it), then a ``compile`` stage: AOTInductor."""
         program, metadata = self.export_stages(model, sample_inputs, config)
         component = getattr(self, "_component", "model")
-        options = dict(config.inductor_configs or {})
+        options = inductor_options(config.gemm, config.inductor_configs)
         with self._clock().stage("compile", component, model, sample_inputs), torch._inductor.config.patch(options):
             compiled = compile_package(program, options)
             metadata.compiled_for = build_target(metadata.export_device or "cpu", options.get("cpp.march"))

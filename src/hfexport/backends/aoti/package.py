@@ -1,7 +1,10 @@
 """An AOTInductor package and the weights it runs with: compiled, checked, saved once, loaded.
 
-Inductor's default puts every weight inside the package's shared library, so a prefill and a decode package of one
-model would each carry all of them (a 2x folder, twice the memory). Here the library is built without them
+With ``gemm="cpp"`` the weights are frozen into the graph and prepacked for Inductor's GEMM micro-kernels: they are
+constants of the library, each package carries its own (one package for a static-cache multi-token decode, which
+serves the prompt too). With ``gemm="aten"`` they stay plain: Inductor's default would still put every weight
+inside the package's shared library, so a prefill and a decode package of one model would each carry all of them (a
+2x folder, twice the memory). Here the library is then built without them
 (``aot_inductor.package_constants_in_so=False``) and fed the tensors at load (``load_constants(...,
 user_managed=True)``: no copy). On disk they go once into ``aoti_weights.safetensors`` beside the packages, its
 header saying which of each package's constants is which stored tensor; every package of the folder then runs on
@@ -31,7 +34,7 @@ import torch
 from ...errors import ManifestError
 from ...manifest import listed_files, reference_problem
 
-__all__ = ["AotiProgram", "WEIGHTS_NAME", "compile_package", "check_package", "save_weights", "load_weights"]
+__all__ = ["AotiProgram", "WEIGHTS_NAME", "CPP_GEMM", "inductor_options", "compile_package", "check_package", "save_weights", "load_weights"]
 
 WEIGHTS_NAME = "aoti_weights.safetensors"
 # what aoti_compile_and_package writes under its one top folder (torch 2.13): the archive's bookkeeping, and the
@@ -65,6 +68,9 @@ class AotiProgram:
         with self._lock:
             if self._loaded is None:
                 compiled = torch._inductor.aoti_load_package(str(self.package))
+                if not self.weights:  # frozen weights: prepacked constants inside the library
+                    self._loaded = compiled
+                    return compiled
                 names = compiled.get_constant_fqns()
                 missing = [n for n in names if n not in self.weights]
                 if missing:
@@ -76,15 +82,31 @@ class AotiProgram:
             return self._loaded
 
 
-def compile_package(program: torch.export.ExportedProgram, inductor_configs: Mapping[str, Any] | None) -> AotiProgram:
-    """Compile ``program`` into a package in a temporary folder (kept as long as the returned object lives)."""
+#: ``gemm="cpp"``: Inductor's C++ GEMM template competes with torch's mm at compile time (its micro-kernels won
+#: every SmolLM2 shape here, 5-7x), on weights frozen into the graph and prepacked for them
+CPP_GEMM = {"freezing": True, "max_autotune": True, "max_autotune_gemm_backends": "CPP,ATEN",
+            # the autotuner's per-shape tables go to stderr: not the user's concern
+            "max_autotune_report_choices_stats": False, "autotune_num_choices_displayed": 0}
+
+
+def inductor_options(gemm: str, inductor_configs: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The Inductor options of a compile: what ``gemm`` needs, the user's own over them, and where the weights go
+    (frozen weights are prepacked constants of the library; otherwise they stay out of it)."""
+    options = {**(CPP_GEMM if gemm == "cpp" else {}), **(inductor_configs or {})}
+    options["aot_inductor.package_constants_in_so"] = bool(options.get("freezing"))
+    return options
+
+
+def compile_package(program: torch.export.ExportedProgram, options: Mapping[str, Any]) -> AotiProgram:
+    """Compile ``program`` into a package in a temporary folder (kept as long as the returned object lives), with
+    the options of :func:`inductor_options`."""
     folder = Path(tempfile.mkdtemp(prefix="hfexport-aoti-"))
-    options = dict(inductor_configs or {})
-    options["aot_inductor.package_constants_in_so"] = False
     path = torch._inductor.aoti_compile_and_package(program, package_path=str(folder / "model.pt2"),
-                                                    inductor_configs=options)
-    weights = {**program.state_dict, **program.constants}
-    weights = {name: _stored(t) for name, t in weights.items() if isinstance(t, torch.Tensor)}
+                                                    inductor_configs=dict(options))
+    weights = {}
+    if not options.get("aot_inductor.package_constants_in_so"):
+        weights = {**program.state_dict, **program.constants}
+        weights = {name: _stored(t) for name, t in weights.items() if isinstance(t, torch.Tensor)}
     return AotiProgram(Path(path), weights, exported_program=program, owned=folder)
 
 
