@@ -56,7 +56,7 @@ SPEC_FIELDS = {
         ("stateful", True),
     ],
     # not in the spec: the AOTInductor backend's config (DESIGN 2.6), held to the same rules
-    AotiConfig: [("export_format", ExportFormat.AOTI), *_BASE, ("gemm", "cpp"), ("inductor_configs", None)],
+    AotiConfig: [("export_format", ExportFormat.AOTI), *_BASE, ("gemm", "auto"), ("inductor_configs", None)],
 }
 
 

@@ -41,3 +41,18 @@ def exporter_for(backend, dynamic=True):
     from hfexport import ExecutorchConfig
     from hfexport.exporter_executorch import ExecutorchExporter
     return ExecutorchExporter(), ExecutorchConfig(dynamic=dynamic)
+
+
+def assert_greedy_equals_eager(model, exported, case, gen, new_tokens, batch=2, seq=9):
+    """``exported.generate`` on a left-padded batch of ``case``'s inputs gives eager ``model.generate``'s tokens
+    (``gen``: the generation config both run with). Returns the prompt and eager's tokens."""
+    import torch
+
+    prompt = text_inputs(case, batch, seq)
+    eager_gen = copy.deepcopy(gen)
+    eager_gen.max_new_tokens = new_tokens
+    with torch.no_grad():
+        expected = model.generate(**prompt, generation_config=eager_gen)
+    got = exported.generate(**prompt, max_new_tokens=new_tokens)
+    assert got.shape == expected.shape and torch.equal(got, expected), (got, expected)
+    return prompt, expected

@@ -9,12 +9,11 @@ dynamic cache with single-token decode for one family of each kind, and the imag
 
 from __future__ import annotations
 
-import copy
 
 import pytest
 import torch
 
-from generation_cases import generation_config, text_inputs
+from generation_cases import assert_greedy_equals_eager, generation_config, text_inputs
 from hfexport import ExecutorchConfig, ExportedModel, UnsupportedError
 from hfexport.exporter_executorch import ExecutorchExporter
 from hfexport.testing.tiny import TINY_CASES
@@ -82,13 +81,7 @@ def test_greedy_tokens_equal_eager(family, cache, multi, tmp_path):
     cache_info = exported.components["decode"].metadata.kwargs.get("past_key_values", {})
     assert "state_layout" not in cache_info, "a left-padded batch of 2 keeps the SDPA path (no llama custom ops)"
     assert served == (cache == "static" and multi and not model.config.is_encoder_decoder)
-    prompt = text_inputs(case, 2, 9)
-    eager_gen = copy.deepcopy(gen)
-    eager_gen.max_new_tokens = NEW_TOKENS
-    with torch.no_grad():
-        expected = model.generate(**prompt, generation_config=eager_gen)
-    got = exported.generate(**prompt, max_new_tokens=NEW_TOKENS)
-    assert got.shape == expected.shape and torch.equal(got, expected), (got, expected)
+    prompt, expected = assert_greedy_equals_eager(model, exported, case, gen, NEW_TOKENS)
     if served:  # one .pte for prefill and decode: the weights are stored once
         exported.save_pretrained(tmp_path)
         assert sorted(p.name for p in tmp_path.glob("*.pte")) == ["decode.pte"]

@@ -14,14 +14,13 @@ tests/test_onnx_backend.py) and a static cache is updated in place by it.
 from __future__ import annotations
 
 import collections
-import copy
 
 import pytest
 import torch
 
 from hfexport import OnnxConfig, UnsupportedError
 from hfexport.exporter_onnx import OnnxExporter
-from generation_cases import generation_config, text_inputs
+from generation_cases import assert_greedy_equals_eager, generation_config, text_inputs
 
 from hfexport.testing.tiny import TINY_CASES
 
@@ -75,14 +74,7 @@ def test_greedy_tokens_equal_eager(family, cache, multi, fusions):
                                                     multi_token_decode=multi)
     expected_keys = {"prefill", "decode"} | ({"encoder"} if model.config.is_encoder_decoder else set())
     assert set(exported.components) == expected_keys
-    prompt = _text_inputs(case, 2, 9)
-    eager_gen = copy.deepcopy(gen)
-    eager_gen.max_new_tokens = NEW_TOKENS
-    with torch.no_grad():
-        expected = model.generate(**prompt, generation_config=eager_gen)
-    got = exported.generate(**prompt, max_new_tokens=NEW_TOKENS)
-    assert got.shape == expected.shape
-    assert torch.equal(got, expected), (got, expected)
+    assert_greedy_equals_eager(model, exported, case, gen, NEW_TOKENS)
 
     decode = exported.components["decode"].program.graph
     runner = exported.runner("decode")

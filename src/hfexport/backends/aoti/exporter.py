@@ -59,11 +59,24 @@ class AotiExporter(HfExporter):
         """The template's stages (the graph as Dynamo exports it), then a ``compile`` stage: AOTInductor."""
         program, metadata = self.export_stages(model, sample_inputs, config)
         component = getattr(self, "_component", "model")
-        options = inductor_options(config.gemm, config.inductor_configs)
+        options = inductor_options(self._gemm(config, component), config.inductor_configs)
         with self._clock().stage("compile", component, model, sample_inputs), torch._inductor.config.patch(options):
             compiled = compile_package(program, options)
             metadata.compiled_for = build_target(metadata.export_device or "cpu", options.get("cpp.march"))
         return compiled, metadata
+
+    @staticmethod
+    def _gemm(config: AotiConfig, component: str) -> str:
+        """``gemm="auto"``: the micro-kernels for the decode graph (a few rows per GEMM), MKL for the rest."""
+        if config.gemm != "auto":
+            return config.gemm
+        return "cpp" if component == "decode" else "aten"
+
+    def serves_prefill(self, decode: Any, prefill_inputs: Mapping[str, Any], multi_token_decode: bool) -> bool:
+        """With ``gemm="auto"`` the prompt gets a package of its own, on MKL's GEMM (see :class:`AotiConfig`)."""
+        if decode.metadata.export_config.get("gemm", "auto") == "auto":
+            return False
+        return super().serves_prefill(decode, prefill_inputs, multi_token_decode)
 
     def save_program(self, program: AotiProgram, path: str | Path) -> None:
         """The package to ``path``, its weights to ``aoti_weights.safetensors`` beside it."""
