@@ -42,7 +42,13 @@ def model_dir(tokenizer, tmp_path_factory):
     return folder, expected
 
 
-@pytest.mark.parametrize("backend", ["dynamo", "onnx", "openvino", "executorch"])
+# ExecuTorch (~50 s of lowering) and AOTI (two compiles, ~60 s) run in the sweep: their exports and generation are in
+# the default suite through their own tests (test_generate_executorch, test_aoti_backend); this one adds the command line
+_SWEEP = {"executorch", "aoti"}
+
+
+@pytest.mark.parametrize("backend", [pytest.param(b, marks=[pytest.mark.sweep] if b in _SWEEP else [])
+                                     for b in ("dynamo", "onnx", "openvino", "executorch", "aoti")])
 def test_export_then_run_gives_eager_text(model_dir, tmp_path, backend):
     folder, expected = model_dir
     out = tmp_path / backend
@@ -56,7 +62,8 @@ def test_export_then_run_gives_eager_text(model_dir, tmp_path, backend):
     summary = json.loads(exported.stdout)
     assert summary["for_generation"] and summary["same_tokens"] and summary["passed"]
     assert (out / "tokenizer.json").is_file() and (out / "export.json").is_file()
-    ran = _hfexport("run", str(out), "--prompt", PROMPT, "--max-new-tokens", str(NEW_TOKENS), "--json")
+    trust = ["--trust-remote-code"] if backend == "aoti" else []  # compiled code: loaded only when trusted
+    ran = _hfexport("run", str(out), "--prompt", PROMPT, "--max-new-tokens", str(NEW_TOKENS), "--json", *trust)
     assert ran.returncode == 0, ran.stderr
     assert json.loads(ran.stdout)["text"] == expected
 

@@ -243,8 +243,8 @@ class ExportedModel:
         exporter.validate_environment()
         if getattr(exporter, "loads_machine_code", False) and not trust_remote_code:
             raise UnsupportedError(
-                f"{root}: a {manifest['export_format']} export holds compiled machine code (a shared library) that "
-                "runs as it loads; load it only from a source you trust, with trust_remote_code=True"
+                f"{root}: this {manifest['export_format']} export holds compiled machine code (a shared library) "
+                "that runs as it loads; load it only from a source you trust, with trust_remote_code=True"
             )
         components = {}
         programs: dict[str, Any] = {}  # components saved as one file (one graph serving two stages) load it once
