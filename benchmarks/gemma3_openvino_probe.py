@@ -1,9 +1,12 @@
 """Issue 22 probe: a random-weight Gemma3Text at real attention sizes exported to OpenVINO, logits against eager.
 
 ``python benchmarks/gemma3_openvino_probe.py`` prints the max abs logit difference for each variant (one layer,
-9-token prompt, no padding, dynamic shapes unless said): head_dim 256 with SDPA was 1.7-1.8 (wrong), head_dim 64 and
-head_dim 256 with eager attention 1e-6 (right), head_dim 128 and GQA-free head_dim 256 NaN (2026-12-02, openvino as
-pinned). Not a test: the case the OpenVINO sliding-window test at real sizes must pass once fixed.
+9-token prompt, no padding, dynamic shapes unless said). Before ``hfexport.workarounds.openvino_mha_postops``
+(2026-12-02, openvino 2026.3.1): head_dim 256 or 128 with SDPA 1.4-1.8 or NaN, static shapes at 520 tokens NaN;
+head_dim 64 and eager attention 1e-6. The cause: the CPU plugin's Snippets MHA kernel mis-computes a broadcasting
+element-wise op fused after SDPA (the fully-masked-row ``Select``) at head sizes >= 128
+(``benchmarks/openvino_mha_postop_repro.py`` shows it without hfexport). With it: every variant 1.2e-6 to 2.2e-6.
+The test is ``tests/models/test_openvino_real_sizes.py``.
 """
 
 from __future__ import annotations
