@@ -25,6 +25,13 @@ __all__ = ["ModelRunner", "torch_single_thread"]
 _DTYPES = {str(d).removeprefix("torch."): d for d in vars(torch).values() if isinstance(d, torch.dtype)}
 
 
+def additive_mask(mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """A boolean 4D attention mask (``True``: attend) as the additive one a graph traced with a prepared float mask
+    adds to its scores (eager attention): 0 where it attends, the dtype's lowest value elsewhere, as transformers'
+    ``eager_mask`` builds it. A plain cast would give 1 and 0, and 0 masks nothing."""
+    return torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill_(~mask, torch.finfo(dtype).min)
+
+
 def torch_dtype(name: str) -> torch.dtype:
     return _DTYPES[name]
 
@@ -248,12 +255,19 @@ class ModelRunner:
         flat = []
         for index, (leaf, dtype) in enumerate(zip(leaves, self._input_dtypes)):
             if leaf.dtype != dtype:
-                self._check_whole(leaf, self._tensor_inputs[index].name, dtype)
-                leaf = leaf.to(dtype)
+                leaf = self.cast_leaf(leaf, self._tensor_inputs[index].name, dtype)
             elif copy:
                 leaf = leaf.clone()
             flat.append(leaf)
         return flat
+
+    def cast_leaf(self, leaf: torch.Tensor, name: str, dtype: torch.dtype) -> torch.Tensor:
+        """``leaf`` (not of ``dtype``) as the input ``name`` takes it: a boolean 4D mask fed to a float one becomes
+        the additive mask (:func:`additive_mask`); a float fed to an integer input must hold whole numbers."""
+        if leaf.dtype == torch.bool and dtype.is_floating_point and leaf.dim() == 4:
+            return additive_mask(leaf, dtype)
+        self._check_whole(leaf, name, dtype)
+        return leaf.to(dtype)
 
     def _check_whole(self, leaf: torch.Tensor, name: str, dtype: torch.dtype) -> None:
         """A float tensor fed to an integer input (token ids, a mask) casts exactly only if it holds whole numbers;

@@ -36,6 +36,12 @@ class DynamoRunner(ModelRunner):
         self._top_dtypes = {
             s.name: torch_dtype(s.dtype) for s in metadata.inputs if s.name in metadata.kwargs
         }
+        # the tensors of a dict kwarg (one attention mask per layer type): ``attention_mask.full_attention``
+        self._dict_dtypes: dict[str, dict[str, torch.dtype]] = {}
+        for s in metadata.inputs:
+            top, _, key = s.name.partition(".")
+            if key and "." not in key and s.cache is None and top in metadata.kwargs:
+                self._dict_dtypes.setdefault(top, {})[key] = torch_dtype(s.dtype)
 
     @property
     def output_device(self) -> torch.device:
@@ -53,12 +59,17 @@ class DynamoRunner(ModelRunner):
             if isinstance(value, torch.Tensor):
                 dtype = self._top_dtypes.get(key)
                 if dtype is not None and value.dtype != dtype:
-                    self._check_whole(value, key, dtype)
-                    value = value.to(dtype)
+                    value = self.cast_leaf(value, key, dtype)
                 elif not share_inputs:
                     value = value.clone()
                 if self.device is not None and value.device != self.device:
                     value = value.to(self.device)
+            elif type(value) is dict and key in self._dict_dtypes:  # (a ModelOutput stays as it is)
+                dtypes = self._dict_dtypes[key]
+                if any(isinstance(v, torch.Tensor) and k in dtypes and v.dtype != dtypes[k] for k, v in value.items()):
+                    value = {k: self.cast_leaf(v, f"{key}.{k}", dtypes[k])
+                             if isinstance(v, torch.Tensor) and k in dtypes and v.dtype != dtypes[k] else v
+                             for k, v in value.items()}
             elif not share_inputs and is_cache(value):
                 value = copy.deepcopy(value)
             call[key] = value
