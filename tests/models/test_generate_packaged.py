@@ -13,7 +13,7 @@ from hfexport import DynamoConfig, DynamoExporter
 from hfexport.testing.packaged import packaged
 
 PROMPTS = ["The capital of France is", "def fibonacci(n):"]
-NEW_TOKENS = 40
+NEW_TOKENS = 24
 
 
 def test_smollm2_reloaded_in_a_new_process_generates_eager_text(tmp_path):

@@ -1,6 +1,6 @@
-"""The one way an OpenVINO workaround changes what ``openvino.convert_model`` receives: a rewrite of the
-``ExportedProgram`` before the PyTorch frontend reads it (not a workaround itself; see the ``openvino_*`` modules that
-use it)."""
+"""The two ways an OpenVINO workaround changes ``openvino.convert_model``: a rewrite of the ``ExportedProgram``
+before the PyTorch frontend reads it, or of the ``openvino.Model`` it returns (not a workaround itself; see the
+``openvino_*`` modules that use them)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Any
 
 from .registry import Undo, patch_attribute
 
-__all__ = ["rewrite_program_before_convert"]
+__all__ = ["rewrite_program_before_convert", "rewrite_model_after_convert"]
 
 
 def rewrite_program_before_convert(rewrite: Callable[[Any], Any]) -> Undo:
@@ -24,5 +24,20 @@ def rewrite_program_before_convert(rewrite: Callable[[Any], Any]) -> Undo:
         if isinstance(input_model, torch.export.ExportedProgram):
             input_model = rewrite(input_model)
         return original(input_model, *args, **kwargs)
+
+    return patch_attribute(openvino, "convert_model", convert_model)
+
+
+def rewrite_model_after_convert(rewrite: Callable[[Any], Any]) -> Undo:
+    """Wrap ``openvino.convert_model`` so that the ``openvino.Model`` it returns goes through ``rewrite`` (in place)
+    before the caller sees it; the returned undo restores the original."""
+    import openvino
+
+    original = openvino.convert_model
+
+    def convert_model(*args: Any, **kwargs: Any) -> Any:
+        converted = original(*args, **kwargs)
+        rewrite(converted)
+        return converted
 
     return patch_attribute(openvino, "convert_model", convert_model)

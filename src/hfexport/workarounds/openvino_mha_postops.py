@@ -22,7 +22,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from .registry import patch_attribute, workaround
+from .openvino_convert import rewrite_model_after_convert
+from .registry import workaround
 
 __all__ = ["broadcast_attention_postop_operands"]
 
@@ -80,13 +81,4 @@ def broadcast_attention_postop_operands(model: Any) -> int:
     versions={"openvino": ">=2024.0,<2027"},
 )
 def _apply(model: Any, inputs: dict):
-    import openvino
-
-    original = openvino.convert_model
-
-    def convert_model(*args: Any, **kwargs: Any) -> Any:
-        converted = original(*args, **kwargs)
-        broadcast_attention_postop_operands(converted)
-        return converted
-
-    return patch_attribute(openvino, "convert_model", convert_model)
+    return rewrite_model_after_convert(broadcast_attention_postop_operands)

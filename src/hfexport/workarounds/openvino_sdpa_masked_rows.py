@@ -12,7 +12,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from .registry import patch_attribute, workaround
+from .openvino_convert import rewrite_model_after_convert
+from .registry import workaround
 
 __all__ = ["zero_fully_masked_rows"]
 
@@ -53,13 +54,4 @@ def zero_fully_masked_rows(model: Any) -> int:
     versions={"openvino": ">=2024.0,<2027"},
 )
 def _apply(model: Any, inputs: dict):
-    import openvino
-
-    original = openvino.convert_model
-
-    def convert_model(*args: Any, **kwargs: Any) -> Any:
-        converted = original(*args, **kwargs)
-        zero_fully_masked_rows(converted)
-        return converted
-
-    return patch_attribute(openvino, "convert_model", convert_model)
+    return rewrite_model_after_convert(zero_fully_masked_rows)
