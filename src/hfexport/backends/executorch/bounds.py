@@ -30,7 +30,7 @@ def _unbounded(bound) -> bool:
 
 def cap_dynamic_dims(program: torch.export.ExportedProgram) -> dict[str, int]:
     """Give every unbounded symbol of ``program`` a finite upper bound, in place; return ``{symbol: cap}``."""
-    shape_env, batch, traced = None, set(), {}
+    shape_env, batch = None, set()
     user_inputs = set(program.graph_signature.user_inputs)
     for node in program.graph.nodes:
         if node.op != "placeholder":

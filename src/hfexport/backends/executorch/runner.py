@@ -38,6 +38,8 @@ from ...errors import UnsupportedError
 from ...metadata import ExportMetadata, IORole, LeafRole
 from ...runner import ModelRunner, torch_single_thread
 from .custom_sdpa import register_llama_kernels
+from .targets import DELEGATES as _DELEGATES
+from .memory import check_planned_memory
 
 __all__ = ["ExecutorchRunner", "program_lock", "runtime_program", "torch_single_thread"]
 
@@ -96,8 +98,6 @@ def _method_sequence(method: Any) -> _MethodSequence:
     return sequence
 
 
-# the runtime delegate each ExecutorchConfig.backend lowers to (BackendDetails class names)
-_DELEGATES = {"xnnpack": "XnnpackBackend", "cuda": "CudaBackend", "mlx": "MLXBackend"}
 
 
 def check_runtime_delegate(metadata: ExportMetadata) -> None:
@@ -154,6 +154,9 @@ class ExecutorchRunner(ModelRunner):
             if _uses_llama_kernels(metadata):
                 register_llama_kernels()  # the method's llama::update_cache / custom_sdpa kernels, before loading it
             loaded = runtime_program(program)
+            # load_method allocates the whole memory plan: refuse one that does not fit, before the OOM killer does
+            check_planned_memory(program, loaded, method,
+                                 [s.name for s in metadata.inputs if s.role is not IORole.STATE])
             self.method = loaded.load_method(method)
             self._lock = program_lock(loaded)
             self._sequence = _method_sequence(self.method)

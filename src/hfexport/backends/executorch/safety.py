@@ -162,7 +162,7 @@ def _pte_problems(buf: mmap.mmap, size: int, keys: set[str]) -> list[str]:
         if fb.scalar(named, 1, "<I") >= len(segments):
             problems.append(f"named data {fb.string(named, 0)!r} points at a segment the file does not have")
     inline = fb.tables(root, 3)
-    from .runner import _DELEGATES  # the delegates ExecutorchConfig.backend lowers to
+    from .targets import DELEGATES as _DELEGATES  # the delegates ExecutorchConfig.backend lowers to
 
     operators = _registered_operators()
     for plan in fb.tables(root, 1):

@@ -17,7 +17,10 @@ import torch
 from ...errors import UnsupportedError
 from ...pytrees import is_cache
 
-__all__ = ["Target", "target_for"]
+#: the runtime delegate each ExecutorchConfig.backend lowers to (BackendDetails class names)
+DELEGATES = {"xnnpack": "XnnpackBackend", "cuda": "CudaBackend", "mlx": "MLXBackend"}
+
+__all__ = ["Target", "target_for", "DELEGATES"]
 
 
 @dataclasses.dataclass(frozen=True)
