@@ -137,7 +137,7 @@ class HfExporter(abc.ABC):
 
         See :func:`hfexport.utils.decompose_for_generation` for the component names.
         """
-        from .capture.split import decompose_for_generation
+        from .capture.split import decompose_for_generation, last_logits_only
 
         self.validate_environment()
         check_quantizers(config, self.export_format)
@@ -170,6 +170,8 @@ class HfExporter(abc.ABC):
             ):
                 exported[name] = decode
                 continue
+            if name == "prefill":  # its own graph: the last position's logits only, as generate() reads them
+                inputs = last_logits_only(submodel, inputs)
             program, metadata = self._export_component(name, submodel, inputs, _stage_config(configs[name]))
             if name == "decode" and multi_token_decode:
                 _check_query_axis(metadata)

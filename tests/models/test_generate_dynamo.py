@@ -197,3 +197,27 @@ def test_the_streamer_gets_what_model_generate_hands_it(family):
     exported.generate(**copy.deepcopy(sample), max_new_tokens=6, streamer=got)
     assert eager.ends == 1 and len(eager.puts) > 2
     assert got.puts == eager.puts and got.ends == eager.ends
+
+
+def test_a_separate_prefill_graph_returns_the_last_positions_logits_only():
+    """generate() reads only the prompt's last logits (eager passes logits_to_keep=1): a prefill graph of its own
+    traces logits_to_keep=1 as a constant, so it projects one position through the LM head, not the whole prompt; a
+    multi-token decode keeps every query position (assisted decoding reads them)."""
+    case = TINY_CASES["llama"]
+    model = case.build()
+    prompt = text_inputs(case, 2, 9)
+    with torch.no_grad():
+        full = model(**prompt).logits
+    assert full.shape[1] == 9  # eager's forward without the option: every position
+    exported = DynamoExporter().export_for_generation(model, text_inputs(case, 2, 6), DynamoConfig(dynamic=True),
+                                                      generation_config=generation_config(model, "dynamic"))
+    prefill = exported.components["prefill"].metadata
+    assert prefill.in_constants.get("logits_to_keep") == 1
+    logits = next(s for s in prefill.outputs if s.name == "logits")
+    assert logits.shape[1:] == [1, model.config.vocab_size], logits.shape
+    multi = DynamoExporter().export_for_generation(model, text_inputs(case, 2, 6), DynamoConfig(dynamic=True),
+                                                   generation_config=generation_config(model, "static"),
+                                                   multi_token_decode=True)
+    decode = next(s for s in multi.components["decode"].metadata.outputs if s.name == "logits")
+    assert isinstance(decode.shape[1], str), decode.shape  # the query axis, symbolic
+    assert_greedy_equals_eager(model, exported, case, generation_config(model, "dynamic"), 8)

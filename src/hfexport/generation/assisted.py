@@ -139,7 +139,7 @@ def generate_assisted(exported: Any, plan: Any, inputs: dict) -> torch.Tensor:
     generator = _candidate_generator(exported, plan, input_ids, mask2d, processors)
     eos = gen._eos_token_tensor
     cache = prefill.initial_cache(1, device)
-    cached = 0  # positions the cache holds: the first call is the prefill graph's (the prompt and its drafts)
+    cached = 0  # positions the cache holds
     if plan.streamer is not None:
         plan.streamer.put(input_ids.cpu())
     while True:
@@ -149,13 +149,18 @@ def generate_assisted(exported: Any, plan: Any, inputs: dict) -> torch.Tensor:
         drafted = candidates.shape[1] - cur_len
         if candidate_logits is not None:
             candidate_logits = candidate_logits.to(device)[:, :drafted]
-        block = candidates[:, cached:]
         if text.valid is not None:
             text.valid[:, cached: candidates.shape[1]] = True
-        component = prefill if cached == 0 else decode
-        out = component.runner(**inputs, input_ids=block, **text.kwargs(component, cached, block.shape[1], cache))
-        cache = getattr(out, decode.cache_key)
-        new_logits = out.logits[:, -drafted - 1:].to(dtype=torch.float32, device=device)
+        # the first call: the prompt through the prefill graph (which returns its last position's logits only),
+        # then the drafts through the decode graph; later calls: the newest token and the drafts through decode
+        calls = [(decode, cached, candidates[:, cached:])] if cached else \
+            [(prefill, 0, input_ids)] + ([(decode, cur_len, candidates[:, cur_len:])] if drafted else [])
+        pieces = []
+        for component, start, block in calls:
+            out = component.runner(**inputs, input_ids=block, **text.kwargs(component, start, block.shape[1], cache))
+            cache = getattr(out, decode.cache_key)
+            pieces.append(out.logits[:, -block.shape[1]:])
+        new_logits = torch.cat(pieces, dim=1)[:, -drafted - 1:].to(dtype=torch.float32, device=device)
         for i in range(drafted + 1):
             new_logits[:, i, :] = processors(candidates[:, : cur_len + i], new_logits[:, i, :])
         valid = _select(gen, candidates, candidate_logits, drafted, new_logits)[:, : gen.max_length - cur_len]
