@@ -60,14 +60,16 @@ def capture_calibration(
         >>> sorted(calib), len(calib["decode"])
         (['decode', 'prefill'], 1)
     """
-    from ..capture.split import decompose_for_generation
+    from ..capture.split import decompose_for_generation, last_logits_only
 
     per_component: dict[str, list[dict[str, Any]]] = {}
     for sample in calibration_dataset:
         components = decompose_for_generation(
             model, dict(sample), generation_config=generation_config, multi_token_decode=multi_token_decode
         )
-        for name, (_, kwargs) in components.items():
+        for name, (module, kwargs) in components.items():
+            if name == "prefill":  # as the exporter traces a prefill graph of its own: logits_to_keep=1
+                kwargs = last_logits_only(module, kwargs)
             per_component.setdefault(name, []).append(kwargs)
         if multi_token_decode and _static(generation_config) and "prefill" in components and "decode" in components:
             per_component["decode"].append(_as_decode_call(components["prefill"][1], components["decode"][1]))
