@@ -1,8 +1,13 @@
-"""Video prompts through ``ExportedModel.generate``: Qwen2-VL's video frames go through the exported vision tower
-(as ``get_video_features`` does), are scattered over the video tokens, and the M-RoPE positions follow the video's
-grid; token for token against eager ``model.generate``, each prompt first checked to change eager's tokens against
-the same text without the video. A video alone, an image and a video in one prompt, a left-padded batch of 2. The
-export was traced on the tiny case's image prompts only. A model whose videos are not merged is refused by name.
+"""Video prompts through ``ExportedModel.generate``: the video frames go through the exported vision tower with each
+model's own ``get_video_features`` glue and are scattered over the video tokens; token for token against eager
+``model.generate``, each prompt first checked to change eager's tokens against the same text without the video.
+
+- Qwen2-VL (M-RoPE positions from the video's grid): a video alone, an image and a video in one prompt, a
+  left-padded batch of 2; the export was traced on the tiny case's image prompts only.
+- LLaVA-NeXT-Video (every frame through the CLIP tower, average-pooled, projected): a video alone, a left-padded
+  batch of 2, both with more frames than the export's sample; its any-resolution images are refused by name.
+
+A model whose videos are not merged is refused by name.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ from generation_cases import exporter_for
 from hfexport import DynamoConfig, UnsupportedError
 from hfexport.exporter_dynamo import DynamoExporter
 from hfexport.testing.tiny import TINY_CASES
+from hfexport.testing.tiny_video import llava_next_video, llava_next_video_inputs
 from hfexport.testing.tiny_multimodal import (
     IMAGE_ID,
     QWEN2_VL_GRID,
@@ -104,3 +110,45 @@ def test_videos_of_a_model_without_merged_videos_are_refused(model):
     inputs["pixel_values_videos"] = torch.zeros(1, 3, 16, 16)
     with pytest.raises(UnsupportedError, match="llava videos are not supported yet"):
         exported.generate(**inputs, max_new_tokens=2)
+
+
+# rows, frames: one video; a left-padded batch of two; the export's sample has two rows of two frames
+LLAVA_NEXT_VIDEO_PROMPTS = {"video": (1, 4), "padded-batch-of-2": (2, 3)}
+
+
+@pytest.fixture(scope="module")
+def next_video_model():
+    return llava_next_video()
+
+
+def _next_video_exported(model, backend):
+    key = ("llava_next_video", backend)
+    if key not in _EXPORTS:
+        exporter, config = exporter_for(backend)
+        _EXPORTS[key] = exporter.export_for_generation(model, llava_next_video_inputs(2, 2), config)
+    return _EXPORTS[key]
+
+
+@pytest.mark.parametrize("backend", ["dynamo", pytest.param("onnx", marks=pytest.mark.sweep)])
+@pytest.mark.parametrize("prompt", list(LLAVA_NEXT_VIDEO_PROMPTS))
+def test_llava_next_video_prompt_generates_like_eager(next_video_model, backend, prompt):
+    inputs = llava_next_video_inputs(*LLAVA_NEXT_VIDEO_PROMPTS[prompt], seed=1)
+    want = _eager(next_video_model, inputs)
+    plain_ids = inputs["input_ids"].masked_fill(inputs["input_ids"] == VIDEO_ID, 5)
+    plain = _eager(next_video_model, {"input_ids": plain_ids, "attention_mask": inputs["attention_mask"]})
+    start = inputs["input_ids"].shape[1]
+    assert not torch.equal(want[:, start:], plain[:, start:]), "the video does not change eager's tokens"
+    exported = _next_video_exported(next_video_model, backend)
+    assert "image_encoder" in exported.components and "vision_resampler" not in exported.components
+    got = exported.generate(**inputs, max_new_tokens=NEW)
+    assert torch.equal(got, want), (got[:, start:], want[:, start:])
+
+
+def test_llava_next_video_images_are_refused_by_name(next_video_model):
+    # get_image_features packs each image's any-resolution tiles with the image_newline parameter
+    # (LlavaNextVideoModel.pack_image_features): no exported part carries that layout or weight
+    inputs = llava_next_video_inputs(1, 2)
+    inputs["pixel_values"] = torch.zeros(1, 2, 3, 16, 16)
+    inputs["image_sizes"] = torch.tensor([[16, 16]])
+    with pytest.raises(UnsupportedError, match="llava_next_video images are tiled at any resolution"):
+        _next_video_exported(next_video_model, "dynamo").generate(**inputs, max_new_tokens=2)

@@ -1,27 +1,37 @@
 """Multimodal models: find the modality encoders, projector, language model and lm_head, and capture each one.
 
 :func:`decompose_multimodal` runs one real forward with a pre-hook on every known submodule and keeps each one's
-call kwargs. The glue between them stays in Python, shared with :mod:`hfexport.generation.multimodal` so that the
-capture checks exactly what generation later does: the text embedding lookup (its own small ``embed_tokens``
-graph: the language model is called with ``inputs_embeds``), the choice of the vision feature fed to the projector,
-and the token merge (``masked_scatter`` of the image features at the image-token positions).
+call kwargs. The glue between them stays in Python (:mod:`.glue`, :mod:`.video`), shared with
+:mod:`hfexport.generation.multimodal` so that the capture checks exactly what generation later does: the text
+embedding lookup (its own small ``embed_tokens`` graph: the language model is called with ``inputs_embeds``), the
+choice of the vision feature fed to the projector, a video's frames through the vision tower, and the token merge
+(``masked_scatter`` of the image and video features at their placeholder positions).
 
-Encoders whose ``forward`` derives tensors from ``grid_thw`` with data-dependent Python (Qwen2-VL's rotary
-positions and packed-sequence offsets) are captured with those tensors precomputed and passed in as inputs, the
-way transformers' ``vision_utils`` helpers accept them; :data:`VISION_PRECOMPUTE` lists the model types.
+Encoders whose ``forward`` derives tensors from ``grid_thw`` with data-dependent Python (Qwen2-VL's) are captured
+with those tensors precomputed and passed in as named inputs (:data:`~.glue.VISION_PRECOMPUTE`).
 """
 
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import torch
 
 from ..errors import UnsupportedError
 from ..pytrees import is_cache
+from .glue import (
+    ENCODER_INPUT_ALIASES,
+    VISION_PRECOMPUTE,
+    encoder_inputs,
+    image_features,
+    image_token_id,
+    merge_image_features,
+    refuse_packed_images,
+)
 from .recorder import CallRecorder
+from .video import video_features, video_token_id
 
 __all__ = [
     "ENCODER_INPUT_ALIASES",
@@ -41,8 +51,6 @@ __all__ = [
 MODALITIES = ("image", "audio")
 #: Attribute names a projector is found under (on the model or its base model), in the spec's order.
 PROJECTOR_NAMES = ("multi_modal_projector", "connector", "embed_vision", "embed_audio")
-#: Encoder kwarg -> the generate() input it is fed from, where the names differ.
-ENCODER_INPUT_ALIASES = {"hidden_states": "pixel_values", "grid_thw": "image_grid_thw"}
 #: generate() inputs the modality encoders are fed from (directly or through the glue)
 MODALITY_INPUTS = ("pixel_values", "image_grid_thw", "image_sizes", "input_features", "feature_attention_mask",
                     "input_features_mask", "pixel_values_videos", "video_grid_thw")
@@ -123,29 +131,7 @@ _SEARCHED = (
 )
 
 
-# --- the glue, shared with generation ----------------------------------------------------------------------------
-
-
-def image_token_id(config: Any) -> int:
-    """The placeholder id the image features replace (``image_token_id`` or LLaVA's ``image_token_index``)."""
-    for name in ("image_token_id", "image_token_index"):
-        value = getattr(config, name, None)
-        if value is not None:
-            return int(value)
-    raise UnsupportedError(f"{type(config).__name__} has neither image_token_id nor image_token_index")
-
-
-def _qwen2_vl_vision_inputs(config: Any, grid_thw: torch.Tensor) -> dict[str, torch.Tensor]:
-    from transformers.vision_utils import get_vision_cu_seqlens, get_vision_position_ids
-
-    merge = config.vision_config.spatial_merge_size
-    return {"position_ids": get_vision_position_ids(grid_thw, merge), "cu_seqlens": get_vision_cu_seqlens(grid_thw)}
-
-
-#: model_type -> ``fn(config, grid_thw)`` giving the data-dependent vision-encoder tensors, computed outside the graph.
-VISION_PRECOMPUTE: dict[str, Callable[[Any, torch.Tensor], dict[str, torch.Tensor]]] = {
-    "qwen2_vl": _qwen2_vl_vision_inputs,
-}
+# --- capture ------------------------------------------------------------------------------------------------------
 
 
 class _GridEncoder(torch.nn.Module):
@@ -168,62 +154,6 @@ class _GridEncoder(torch.nn.Module):
         return self.encoder(hidden_states, grid_thw, position_ids=position_ids, cu_seqlens=cu_seqlens)
 
 
-def encoder_inputs(config: Any, traced_keys: list[str], inputs: Mapping[str, Any]) -> dict[str, Any]:
-    """The encoder's tensor kwargs from generate()-style ``inputs`` (``pixel_values``, ``image_grid_thw``, ...),
-    plus the tensors :data:`VISION_PRECOMPUTE` derives for the model type."""
-    call: dict[str, Any] = {}
-    precompute = VISION_PRECOMPUTE.get(getattr(config, "model_type", None))
-    grid = inputs.get("image_grid_thw")
-    extra = precompute(config, grid) if precompute is not None and grid is not None else {}
-    for key in traced_keys:
-        source = ENCODER_INPUT_ALIASES.get(key, key)
-        if key in extra:
-            call[key] = extra[key]
-        elif isinstance(inputs.get(source), torch.Tensor):
-            call[key] = inputs[source]
-    return call
-
-
-def _select_vision_feature(config: Any, output: Any) -> torch.Tensor:
-    """What LLaVA-style ``get_image_features`` feeds the projector: a chosen hidden state, CLS token dropped."""
-    layer = getattr(config, "vision_feature_layer", None)
-    strategy = getattr(config, "vision_feature_select_strategy", None)
-    hidden = getattr(output, "hidden_states", None)
-    if layer is None or hidden is None:
-        features = [output.last_hidden_state if hasattr(output, "last_hidden_state") else output]
-    else:
-        features = [hidden[i] for i in ([layer] if isinstance(layer, int) else layer)]
-    if strategy == "default":
-        features = [f[:, 1:] for f in features]
-    return features[0] if len(features) == 1 else torch.cat(features, dim=-1)
-
-
-def image_features(config: Any, encoder_output: Any, projector: Callable[[torch.Tensor], Any] | None) -> torch.Tensor:
-    """The image features as ``[tokens, hidden]``: projected when a projector exists, else the encoder's pooled
-    (already merged) output."""
-    if projector is not None:
-        features = projector(_select_vision_feature(config, encoder_output))
-    else:
-        pooled = getattr(encoder_output, "pooler_output", None)
-        features = pooled if pooled is not None else getattr(encoder_output, "last_hidden_state", encoder_output)
-    if isinstance(features, list | tuple):
-        features = torch.cat([f.reshape(-1, f.shape[-1]) for f in features], dim=0)
-    return features.reshape(-1, features.shape[-1])
-
-
-def merge_image_features(input_ids: torch.Tensor, embeds: torch.Tensor, features: torch.Tensor,
-                         token_id: int) -> torch.Tensor:
-    """Scatter ``features`` into ``embeds`` at the image-token positions, as the models' own forward does."""
-    mask = (input_ids == token_id).unsqueeze(-1).expand_as(embeds)
-    n_tokens, n_features = int((input_ids == token_id).sum()), features.shape[0]
-    if n_tokens != n_features:
-        raise UnsupportedError(
-            f"the prompt has {n_tokens} image tokens (id {token_id}) but the images give {n_features} features"
-        )
-    return embeds.masked_scatter(mask, features.to(embeds.dtype))
-
-
-# --- capture ------------------------------------------------------------------------------------------------------
 
 
 def with_modality_inputs(model: torch.nn.Module, call: Mapping[str, Any], inputs: Mapping[str, Any]) -> dict:
@@ -348,6 +278,40 @@ def _check_merge(model: torch.nn.Module, call: dict, parts: dict, out: dict, rec
         return
     config = model.config
     encoder, enc_kwargs = out["image_encoder"]
+    images, videos = call.get("pixel_values") is not None, call.get("pixel_values_videos") is not None
+    if images:
+        refuse_packed_images(config)
+        _check_encoder_inputs(config, call, enc_kwargs)
+    projector_name = next((n for n in PROJECTOR_NAMES if n in out and n != "embed_audio"), None)
+    constants = {k: v for k, v in enc_kwargs.items() if not isinstance(v, torch.Tensor)}
+    projector = None
+    if projector_name is not None:
+        proj_module, proj_kwargs = out[projector_name]
+        key = next(iter(proj_kwargs))
+        projector = lambda x: proj_module(**{key: x})  # noqa: E731
+    encode = lambda **tensors: encoder(**constants, **tensors)  # noqa: E731
+    ids = call["input_ids"]
+    with torch.no_grad():
+        merged = parts["embed_tokens"](ids)
+        if images:
+            features = image_features(config, encode(**encoder_inputs(config, list(enc_kwargs), call)), projector)
+            merged = merge_image_features(ids, merged, features, image_token_id(config))
+        if videos:
+            traced = [k for k, v in enc_kwargs.items() if isinstance(v, torch.Tensor)]
+            features = video_features(config, encode, traced, projector, call)
+            merged = merge_image_features(ids, merged, features, video_token_id(config), "video")
+    expected = recorders["language_model"].calls[0].get("inputs_embeds")
+    if expected is None or not torch.allclose(merged, expected, rtol=1e-5, atol=1e-6):
+        diff = None if expected is None else float((merged - expected).abs().max())
+        raise UnsupportedError(
+            f"the token merge hfexport reproduces for {type(model).__name__} (vision feature selection, projector, "
+            f"masked_scatter at the image / video token ids) differs from the model's own inputs_embeds (max diff "
+            f"{diff}); this architecture needs its own glue in hfexport.capture.glue / hfexport.capture.video"
+        )
+
+
+def _check_encoder_inputs(config: Any, call: dict, enc_kwargs: dict) -> None:
+    """The image encoder's recorded tensors are the model inputs as they were passed (or derived from the grid)."""
     precomputed = VISION_PRECOMPUTE.get(getattr(config, "model_type", None))
     derived = set(precomputed(config, enc_kwargs["grid_thw"])) if precomputed and "grid_thw" in enc_kwargs else set()
     for key, value in enc_kwargs.items():
@@ -356,23 +320,3 @@ def _check_merge(model: torch.nn.Module, call: dict, parts: dict, out: dict, rec
             continue
         if source not in call or not torch.equal(call[source].to(value.dtype), value):
             raise UnsupportedError(f"the image encoder's {key!r} is not the model input {source!r} as it was passed")
-    projector_name = next((n for n in PROJECTOR_NAMES if n in out and n != "embed_audio"), None)
-    with torch.no_grad():
-        constants = {k: v for k, v in enc_kwargs.items() if not isinstance(v, torch.Tensor)}
-        encoder_output = encoder(**constants, **encoder_inputs(config, list(enc_kwargs), call))
-        projector = None
-        if projector_name is not None:
-            proj_module, proj_kwargs = out[projector_name]
-            key = next(iter(proj_kwargs))
-            projector = lambda x: proj_module(**{key: x})  # noqa: E731
-        features = image_features(config, encoder_output, projector)
-        embeds = parts["embed_tokens"](call["input_ids"])
-        merged = merge_image_features(call["input_ids"], embeds, features, image_token_id(config))
-    expected = recorders["language_model"].calls[0].get("inputs_embeds")
-    if expected is None or not torch.allclose(merged, expected, rtol=1e-5, atol=1e-6):
-        diff = None if expected is None else float((merged - expected).abs().max())
-        raise UnsupportedError(
-            f"the token merge hfexport reproduces for {type(model).__name__} (vision feature selection, projector, "
-            f"masked_scatter at image_token_id) differs from the model's own inputs_embeds (max diff {diff}); this "
-            "architecture needs its own glue in hfexport.capture.multimodal"
-        )

@@ -20,15 +20,9 @@ from typing import Any
 
 import torch
 
-from ..capture.multimodal import (
-    MODALITIES,
-    MODALITY_INPUTS,
-    PROJECTOR_NAMES,
-    encoder_inputs,
-    image_features,
-    image_token_id,
-    merge_image_features,
-)
+from ..capture.glue import encoder_inputs, image_features, image_token_id, merge_image_features, refuse_packed_images
+from ..capture.multimodal import MODALITIES, MODALITY_INPUTS, PROJECTOR_NAMES
+from ..capture.video import video_features, video_token_id
 from ..errors import UnsupportedError
 from ..metadata import KwargKind
 from .audio import merge_audio
@@ -41,8 +35,6 @@ _TOKEN_TYPES = ("token_type_ids", "mm_token_type_ids")
 #: model_type -> what the class's ``prepare_inputs_for_generation`` adds to the mask-derived position ids
 #: (``PaliGemmaForConditionalGeneration``: "position_ids in Paligemma are 1-indexed").
 POSITION_OFFSET = {"paligemma": 1}
-#: model types whose ``get_video_features`` runs the image encoder on the video's patches and grid
-VIDEO_THROUGH_IMAGE_ENCODER = ("qwen2_vl",)
 
 
 def generate_multimodal(exported: Any, plan: Any, inputs: dict) -> Any:
@@ -182,6 +174,7 @@ def _merge_modalities(config: Any, parts: dict, input_ids: torch.Tensor, embeds:
         call = encoder_inputs(config, traced, inputs)
         if not call:
             continue  # a text-only prompt: nothing to merge
+        refuse_packed_images(config)
         absent = [k for k in traced if k not in call]
         if absent:
             raise UnsupportedError(f"the image encoder needs {absent}; pass them with pixel_values")
@@ -209,27 +202,19 @@ def _vision_features(config: Any, parts: dict, encoder: Component, call: dict) -
 
 
 def _merge_video(config: Any, parts: dict, input_ids: torch.Tensor, embeds: torch.Tensor, inputs: dict) -> Any:
-    """Video frames through the image encoder, scattered over the video tokens: what ``get_video_features`` of the
-    models in :data:`VIDEO_THROUGH_IMAGE_ENCODER` does (their vision tower takes a video's temporal patches as an
-    image's, with the video's grid)."""
-    videos = inputs.get("pixel_values_videos")
-    if videos is None:
+    """Video frames through the exported vision tower with the model's own video glue
+    (:data:`~hfexport.capture.video.VIDEO_GLUE`), scattered over the video tokens."""
+    if inputs.get("pixel_values_videos") is None:
         return embeds
-    model_type = getattr(config, "model_type", None)
     encoder = parts.get("image_encoder")
-    if model_type not in VIDEO_THROUGH_IMAGE_ENCODER or encoder is None:
+    if encoder is None:
         raise UnsupportedError(
-            f"generate() merges video frames for {sorted(VIDEO_THROUGH_IMAGE_ENCODER)} (the vision tower encodes "
-            f"them as images); {model_type} videos are not supported yet: pass images, or generate with the eager "
-            "model"
+            f"this export has no vision tower for the video (components: {sorted(parts)}); "
+            f"{getattr(config, 'model_type', None)} videos are not supported yet: generate with the eager model"
         )
     traced = [k for k, v in encoder.kwargs.items() if v.fed]
-    call = encoder_inputs(config, traced, {"pixel_values": videos, "image_grid_thw": inputs.get("video_grid_thw")})
-    absent = [k for k in traced if k not in call]
-    if absent:
-        raise UnsupportedError(f"the vision encoder needs {absent} for the video; pass video_grid_thw with it")
-    return merge_image_features(input_ids, embeds, _vision_features(config, parts, encoder, call),
-                                int(config.video_token_id))
+    features = video_features(config, encoder.runner, traced, _projector(parts, "image"), inputs)
+    return merge_image_features(input_ids, embeds, features, video_token_id(config), "video")
 
 
 def _prefill_positions(exported: Any, lm: Component, input_ids: torch.Tensor, mask2d: torch.Tensor,

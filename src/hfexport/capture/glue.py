@@ -1,0 +1,124 @@
+"""The glue between a multimodal model's parts, as its own forward does it: which encoder input comes from which
+``generate()`` input, the vision feature fed to the projector, and the token merge (``masked_scatter`` of the
+features at a placeholder id).
+
+Shared by capture (:mod:`.multimodal` replays it on the eager parts and requires the model's own ``inputs_embeds``)
+and generation (which runs it on the exported parts), so that what capture checks is what generation does.
+Encoders whose ``forward`` derives tensors from ``grid_thw`` with data-dependent Python (Qwen2-VL's rotary
+positions and packed-sequence offsets) get those tensors precomputed here and passed in as inputs, the way
+transformers' ``vision_utils`` helpers accept them; :data:`VISION_PRECOMPUTE` lists the model types.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import torch
+
+from ..errors import UnsupportedError
+
+__all__ = [
+    "ENCODER_INPUT_ALIASES",
+    "VISION_PRECOMPUTE",
+    "encoder_inputs",
+    "image_features",
+    "image_token_id",
+    "merge_image_features",
+    "refuse_packed_images",
+    "select_vision_feature",
+]
+
+#: Encoder kwarg -> the generate() input it is fed from, where the names differ.
+ENCODER_INPUT_ALIASES = {"hidden_states": "pixel_values", "grid_thw": "image_grid_thw"}
+
+
+def image_token_id(config: Any) -> int:
+    """The placeholder id the image features replace (``image_token_id`` or LLaVA's ``image_token_index``)."""
+    for name in ("image_token_id", "image_token_index"):
+        value = getattr(config, name, None)
+        if value is not None:
+            return int(value)
+    raise UnsupportedError(f"{type(config).__name__} has neither image_token_id nor image_token_index")
+
+
+def _qwen2_vl_vision_inputs(config: Any, grid_thw: torch.Tensor) -> dict[str, torch.Tensor]:
+    from transformers.vision_utils import get_vision_cu_seqlens, get_vision_position_ids
+
+    merge = config.vision_config.spatial_merge_size
+    return {"position_ids": get_vision_position_ids(grid_thw, merge), "cu_seqlens": get_vision_cu_seqlens(grid_thw)}
+
+
+#: model_type -> ``fn(config, grid_thw)`` giving the data-dependent vision-encoder tensors, computed outside the graph.
+VISION_PRECOMPUTE: dict[str, Callable[[Any, torch.Tensor], dict[str, torch.Tensor]]] = {
+    "qwen2_vl": _qwen2_vl_vision_inputs,
+}
+
+
+def encoder_inputs(config: Any, traced_keys: list[str], inputs: Mapping[str, Any]) -> dict[str, Any]:
+    """The encoder's tensor kwargs from generate()-style ``inputs`` (``pixel_values``, ``image_grid_thw``, ...),
+    plus the tensors :data:`VISION_PRECOMPUTE` derives for the model type."""
+    call: dict[str, Any] = {}
+    precompute = VISION_PRECOMPUTE.get(getattr(config, "model_type", None))
+    grid = inputs.get("image_grid_thw")
+    extra = precompute(config, grid) if precompute is not None and grid is not None else {}
+    for key in traced_keys:
+        source = ENCODER_INPUT_ALIASES.get(key, key)
+        if key in extra:
+            call[key] = extra[key]
+        elif isinstance(inputs.get(source), torch.Tensor):
+            call[key] = inputs[source]
+    return call
+
+
+def select_vision_feature(config: Any, output: Any) -> torch.Tensor:
+    """What LLaVA-style ``get_image_features`` feeds the projector: a chosen hidden state, CLS token dropped."""
+    layer = getattr(config, "vision_feature_layer", None)
+    strategy = getattr(config, "vision_feature_select_strategy", None)
+    hidden = getattr(output, "hidden_states", None)
+    if layer is None or hidden is None:
+        features = [output.last_hidden_state if hasattr(output, "last_hidden_state") else output]
+    else:
+        features = [hidden[i] for i in ([layer] if isinstance(layer, int) else layer)]
+    if strategy == "default":
+        features = [f[:, 1:] for f in features]
+    return features[0] if len(features) == 1 else torch.cat(features, dim=-1)
+
+
+def image_features(config: Any, encoder_output: Any, projector: Callable[[torch.Tensor], Any] | None) -> torch.Tensor:
+    """The image features as ``[tokens, hidden]``: projected when a projector exists, else the encoder's pooled
+    (already merged) output."""
+    if projector is not None:
+        features = projector(select_vision_feature(config, encoder_output))
+    else:
+        pooled = getattr(encoder_output, "pooler_output", None)
+        features = pooled if pooled is not None else getattr(encoder_output, "last_hidden_state", encoder_output)
+    if isinstance(features, list | tuple):
+        features = torch.cat([f.reshape(-1, f.shape[-1]) for f in features], dim=0)
+    return features.reshape(-1, features.shape[-1])
+
+
+def merge_image_features(input_ids: torch.Tensor, embeds: torch.Tensor, features: torch.Tensor,
+                         token_id: int, what: str = "image") -> torch.Tensor:
+    """Scatter ``features`` into ``embeds`` at the placeholder positions (``what``: image, video, audio), as the
+    models' own forward does."""
+    mask = (input_ids == token_id).unsqueeze(-1).expand_as(embeds)
+    n_tokens, n_features = int((input_ids == token_id).sum()), features.shape[0]
+    if n_tokens != n_features:
+        raise UnsupportedError(
+            f"the prompt has {n_tokens} {what} tokens (id {token_id}) but the {what} inputs give {n_features} features"
+        )
+    return embeds.masked_scatter(mask, features.to(embeds.dtype))
+
+
+def refuse_packed_images(config: Any) -> None:
+    """Refuse the images of an any-resolution model (LLaVA-NeXT and its video variant): their ``get_image_features``
+    splits each image into tiles and ``pack_image_features`` unpads them to ``image_sizes`` and inserts the
+    ``image_newline`` parameter between rows, a layout and a weight no exported part carries."""
+    if getattr(config, "image_grid_pinpoints", None) is None:
+        return
+    raise UnsupportedError(
+        f"{getattr(config, 'model_type', type(config).__name__)} images are tiled at any resolution and packed by "
+        "pack_image_features (unpadded to image_sizes, image_newline between rows), which hfexport does not reproduce "
+        "yet; pass videos (pixel_values_videos), or generate with the eager model"
+    )
