@@ -1,6 +1,7 @@
-"""Audio-text-to-text prompts through ``ExportedModel.generate``: a tiny Qwen2-Audio, its audio tower, projector and
-language model exported as parts, the audio features merged over the prompt's audio tokens as the model's forward
-merges them (padded clips masked in the tower, each clip's real frames kept), token for token against eager
+"""Audio-text-to-text prompts through ``ExportedModel.generate``: a tiny Qwen2-Audio and a tiny Voxtral, their audio
+tower, projector and language model exported as parts, the audio features merged over the prompt's audio tokens as
+each model's forward merges them (Qwen2-Audio: padded clips masked in the tower, each clip's real frames kept;
+Voxtral: every clip whole, frames stacked by four, clip after clip), token for token against eager
 ``model.generate``. Each prompt is first checked to change eager's tokens against the same text without the audio.
 """
 
@@ -10,7 +11,8 @@ import pytest
 import torch
 
 from generation_cases import exporter_for
-from hfexport.testing.tiny_audio import AUDIO_ID, qwen2_audio, qwen2_audio_inputs
+from hfexport import UnsupportedError
+from hfexport.testing.tiny_audio import AUDIO_ID, qwen2_audio, qwen2_audio_inputs, voxtral, voxtral_inputs
 
 NEW = 10
 # real frames per clip: one full clip; a left-padded batch of a short and a full clip; two short clips
@@ -36,14 +38,51 @@ def _exported(model, backend):
 @pytest.mark.parametrize("backend", ["dynamo", pytest.param("onnx", marks=pytest.mark.sweep)])
 @pytest.mark.parametrize("prompt", list(PROMPTS))
 def test_audio_prompt_generates_like_eager(model, backend, prompt):
-    inputs = qwen2_audio_inputs(PROMPTS[prompt], seed=1)
+    _assert_like_eager(model, _exported(model, backend), qwen2_audio_inputs(PROMPTS[prompt], seed=1))
+
+
+def _assert_like_eager(model, exported, inputs):
     start = inputs["input_ids"].shape[1]
     with torch.no_grad():
         want = model.generate(**inputs, max_new_tokens=NEW, do_sample=False)
         plain = model.generate(input_ids=inputs["input_ids"].masked_fill(inputs["input_ids"] == AUDIO_ID, 5),
                                attention_mask=inputs["attention_mask"], max_new_tokens=NEW, do_sample=False)
     assert not torch.equal(want[:, start:], plain[:, start:]), "the audio does not change eager's tokens"
-    exported = _exported(model, backend)
     assert "audio_encoder" in exported.components
     got = exported.generate(**inputs, max_new_tokens=NEW)
     assert torch.equal(got, want), (got[:, start:], want[:, start:])
+
+
+# clips per row: one clip; one prompt with two clips (a long audio's chunks); a left-padded batch of one and two
+VOXTRAL_PROMPTS = {"one-clip": [1], "two-clips": [2], "padded-batch-of-2": [1, 2]}
+
+
+@pytest.fixture(scope="module")
+def voxtral_model():
+    return voxtral()
+
+
+def _voxtral_exported(model, backend):
+    key = ("voxtral", backend)
+    if key not in _EXPORTS:
+        exporter, config = exporter_for(backend)
+        # two rows of one clip each: the tower's clip dimension and the text batch are traced dynamic
+        _EXPORTS[key] = exporter.export_for_generation(model, voxtral_inputs([1, 1]), config)
+    return _EXPORTS[key]
+
+
+@pytest.mark.parametrize("backend", ["dynamo", pytest.param("onnx", marks=pytest.mark.sweep)])
+@pytest.mark.parametrize("prompt", list(VOXTRAL_PROMPTS))
+def test_voxtral_audio_prompt_generates_like_eager(voxtral_model, backend, prompt):
+    _assert_like_eager(voxtral_model, _voxtral_exported(voxtral_model, backend),
+                       voxtral_inputs(VOXTRAL_PROMPTS[prompt], seed=1))
+
+
+def test_voxtral_refuses_an_audio_mask_as_eager_does(voxtral_model):
+    # VoxtralForConditionalGeneration.forward takes no feature_attention_mask: model.generate raises on it as unused
+    inputs = voxtral_inputs([1], seed=1)
+    inputs["feature_attention_mask"] = torch.ones(1, inputs["input_features"].shape[-1], dtype=torch.long)
+    with pytest.raises(ValueError, match="feature_attention_mask"):
+        voxtral_model.generate(**inputs, max_new_tokens=2)
+    with pytest.raises(UnsupportedError, match="feature_attention_mask is not used by Voxtral"):
+        _voxtral_exported(voxtral_model, "dynamo").generate(**inputs, max_new_tokens=2)

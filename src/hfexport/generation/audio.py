@@ -1,10 +1,15 @@
 """Audio prompts of audio-text-to-text exports: the audio tower's features over the prompt's audio tokens.
 
-Each model type's glue is what its forward does around the tower (:data:`AUDIO_GLUE`); Qwen2-Audio's: the tower
-takes the padded log-mel features and a bidirectional mask over its convolution's output frames (the real ones from
-``feature_attention_mask``), the projector maps its pooled output to the text width, each clip keeps its first
-``audio_output_lengths`` positions, and those are scattered over the audio tokens
-(``Qwen2AudioModel.forward``, transformers 5.x).
+Each model type's glue is what its forward does around the tower (:data:`AUDIO_GLUE`), transformers 5.x:
+
+- Qwen2-Audio (``Qwen2AudioModel.forward``): the tower takes the padded log-mel features and a bidirectional mask
+  over its convolution's output frames (the real ones from ``feature_attention_mask``), the projector maps its
+  pooled output to the text width, each clip keeps its first ``audio_output_lengths`` positions, and those are
+  scattered over the audio tokens.
+- Voxtral (``VoxtralModel.get_audio_features``): every clip (a 30 s chunk: the processor splits longer audio into
+  rows of ``input_features``) is encoded whole, with no mask; the tower's output is regrouped into rows of the audio
+  config's ``intermediate_size`` (consecutive frames stacked), projected, and all of them, clip after clip, are
+  scattered over the audio tokens.
 """
 
 from __future__ import annotations
@@ -14,7 +19,7 @@ from typing import Any
 
 import torch
 
-from ..capture.multimodal import merge_image_features
+from ..capture.glue import merge_image_features
 from ..errors import UnsupportedError
 
 __all__ = ["AUDIO_GLUE", "merge_audio"]
@@ -43,11 +48,27 @@ def _qwen2_audio(config: Any, encoder: Any, project: Callable | None, input_ids:
     hidden = output.last_hidden_state if hasattr(output, "last_hidden_state") else output[0]
     projected = project(hidden) if project is not None else hidden
     keep = torch.arange(projected.shape[1], device=projected.device)[None, :] < out_lengths[:, None]
-    return merge_image_features(input_ids, embeds, projected[keep], int(config.audio_token_id))
+    return merge_image_features(input_ids, embeds, projected[keep], int(config.audio_token_id), "audio")
+
+
+def _voxtral(config: Any, encoder: Any, project: Callable | None, input_ids: torch.Tensor, embeds: torch.Tensor,
+             inputs: dict) -> torch.Tensor:
+    for key in ("feature_attention_mask", "input_features_mask"):
+        if inputs.get(key) is not None:
+            # VoxtralForConditionalGeneration.forward takes no audio mask: model.generate refuses it as unused
+            raise UnsupportedError(
+                f"{key} is not used by Voxtral (its tower encodes each 30 s chunk whole; the processor pads with "
+                "silence): drop it"
+            )
+    output = encoder.runner(input_features=inputs["input_features"])
+    hidden = output.last_hidden_state if hasattr(output, "last_hidden_state") else output[0]
+    grouped = hidden.reshape(-1, config.audio_config.intermediate_size)
+    projected = project(grouped) if project is not None else grouped
+    return merge_image_features(input_ids, embeds, projected, int(config.audio_token_id), "audio")
 
 
 #: model_type -> ``fn(config, encoder component, projector or None, input_ids, embeds, inputs)`` -> merged embeds
-AUDIO_GLUE: dict[str, Callable[..., torch.Tensor]] = {"qwen2_audio": _qwen2_audio}
+AUDIO_GLUE: dict[str, Callable[..., torch.Tensor]] = {"qwen2_audio": _qwen2_audio, "voxtral": _voxtral}
 
 
 def merge_audio(config: Any, encoder: Any, project: Callable | None, input_ids: torch.Tensor, embeds: torch.Tensor,
