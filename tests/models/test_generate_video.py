@@ -152,3 +152,17 @@ def test_llava_next_video_images_are_refused_by_name(next_video_model):
     inputs["image_sizes"] = torch.tensor([[16, 16]])
     with pytest.raises(UnsupportedError, match="llava_next_video images are tiled at any resolution"):
         _next_video_exported(next_video_model, "dynamo").generate(**inputs, max_new_tokens=2)
+
+
+def test_llava_next_video_conv_pooling_is_refused_at_export(next_video_model):
+    # spatial_pool_mode="conv" pools with the vision_resampler's convolution weights, which no exported part carries
+    # (the released checkpoints pool by average); the capture's merge check runs the video glue and refuses it
+    from transformers import LlavaNextVideoForConditionalGeneration
+
+    from hfexport.testing.tiny_multimodal import instantiate
+
+    config = next_video_model.config.__class__.from_dict(next_video_model.config.to_dict())
+    config.spatial_pool_mode = "conv"
+    model = instantiate(LlavaNextVideoForConditionalGeneration, config)
+    with pytest.raises(UnsupportedError, match="spatial_pool_mode='conv'"):
+        DynamoExporter().export_for_generation(model, llava_next_video_inputs(1, 2), DynamoConfig(dynamic=True))
