@@ -130,7 +130,8 @@ REFUSED = {
     "penalty_alpha": ({"penalty_alpha": 0.6, "top_k": 4}, "contrastive search"),
     "output_attentions": ({"return_dict_in_generate": True, "output_attentions": True}, "output_attentions"),
     "output_hidden_states": ({"return_dict_in_generate": True, "output_hidden_states": True}, "hidden states"),
-    "assistant_model": ({"assistant_model": object()}, "assistant_model= takes an eager transformers model"),
+    "assistant_model": ({"assistant_model": object()},
+                        "assistant_model= takes an eager transformers model or an ExportedModel"),
 }
 
 
@@ -227,6 +228,29 @@ def test_generate_returns_model_generate_output_type_and_scores(row, exported, l
     assert (want[finite] - have[finite]).abs().max() <= 1e-3  # fp32 logits through another runtime
     other = "scores" if field == "logits" else "logits"
     assert getattr(got, other) is None and getattr(expected, other) is None
+
+
+class RecordScores:
+    """A user stopping criterion that records what it is handed as ``scores`` (and never stops)."""
+
+    def __init__(self):
+        self.seen = []
+
+    def __call__(self, input_ids, scores, **kwargs):
+        self.seen.append(None if scores is None else (type(scores).__name__, len(scores), scores[-1].shape))
+        return torch.zeros(input_ids.shape[0], dtype=torch.bool)
+
+
+@pytest.mark.parametrize("kept", [False, True], ids=["scores-not-kept", "scores-kept"])
+def test_stopping_criteria_get_the_scores_model_generate_hands_them(kept, exported, llama, prompts):
+    """``_sample`` hands the criteria the scores kept so far (a tuple growing by one a step), or None when
+    ``output_scores`` is off; a criterion reading them (as transformers' ConfidenceCriteria does) sees the same."""
+    call = {"max_new_tokens": 4, "return_dict_in_generate": kept, "output_scores": kept}
+    eager, export = RecordScores(), RecordScores()
+    _eager(llama, prompts, stopping_criteria=[eager], **call)
+    exported.generate(**copy.deepcopy(prompts), stopping_criteria=[export], **call)
+    assert export.seen == eager.seen and len(eager.seen) == 4
+    assert (eager.seen[-1] is None) != kept
 
 
 @pytest.mark.parametrize("row", list(REFUSED))

@@ -1,5 +1,6 @@
 """Assisted decoding: drafts from the sequence itself (``prompt_lookup_num_tokens=``) or from an assistant model
-(``assistant_model=``, an eager model), verified in one call of the multi-token decode graph per block.
+(``assistant_model=``, an eager model or another export), verified in one call of the multi-token decode graph per
+block.
 
 It follows ``GenerationMixin._assisted_decoding`` (transformers 5.x) step for step, with transformers' own
 ``PromptLookupCandidateGenerator`` / ``AssistedCandidateGenerator`` proposing the drafts: each call of the multi-token decode graph (what
@@ -8,7 +9,10 @@ on every position, the drafts are kept up to the first one the model would not h
 token. The cache then forgets the rejected drafts: a growing cache is cropped (``DynamicCache.crop``, as eager does),
 a static one marks their slots free (the next call writes over them). Greedy tokens equal eager's, and so do sampled
 ones for the same seed (the same ``multinomial`` calls in the same order; an assistant's drafts are sampled with
-transformers' ``_speculative_sampling``).
+transformers' ``_speculative_sampling``). An exported assistant drafts through :class:`~.drafts.ExportedAssistant`,
+which answers the generator's ``assistant_model.generate`` calls with its own graphs and cache. With
+``return_dict_in_generate`` it returns eager's ``GenerateDecoderOnlyOutput``: a score (processed) and a raw logit row
+per kept token.
 """
 
 from __future__ import annotations
@@ -19,17 +23,18 @@ from typing import Any
 import torch
 
 from ..errors import UnsupportedError
-from .loop import Component, TextState
+from .drafts import ExportedAssistant, is_exported
+from .loop import Component, TextState, rollback_cache
 
 __all__ = ["generate_assisted"]
 
 
 def _check(exported: Any, decode: Component, input_ids: torch.Tensor, plan: Any) -> None:
     assistant = plan.assistant_model
-    if assistant is not None and not (isinstance(assistant, torch.nn.Module) and hasattr(assistant, "generate")):
+    if assistant is not None and not is_exported(assistant) and \
+            not (isinstance(assistant, torch.nn.Module) and hasattr(assistant, "generate")):
         raise UnsupportedError(
-            f"assistant_model= takes an eager transformers model here (got {type(assistant).__name__}): drafts "
-            "from an exported assistant are not implemented yet")
+            f"assistant_model= takes an eager transformers model or an ExportedModel (got {type(assistant).__name__})")
     if "prefill" not in exported.components or "encoder" in exported.components or \
             "language_model" in exported.components:
         raise UnsupportedError("assisted decoding runs on decoder-only exports (prefill + decode)")
@@ -47,22 +52,6 @@ def _check(exported: Any, decode: Component, input_ids: torch.Tensor, plan: Any)
                 "prompt_lookup_num_tokens= / assistant_model=")
     if input_ids.shape[0] != 1:
         raise UnsupportedError("assisted generate is only supported for batch_size = 1 (as in model.generate)")
-    if plan.gen.return_dict_in_generate:
-        raise UnsupportedError("assisted decoding here returns the sequences only; drop return_dict_in_generate")
-
-
-
-def _rollback(cache: Any, keep: int) -> None:
-    """Forget the cache's positions from ``keep`` on: a growing layer is cropped, a static layer's write counter
-    goes back (its slots are written over by the next call)."""
-    for layer in getattr(cache, "layers", ()):
-        counter = getattr(layer, "cumulative_length", None)
-        if isinstance(counter, torch.Tensor) and getattr(layer, "max_cache_len", None) is not None:
-            counter.fill_(keep)
-        else:
-            extra = int(layer.get_seq_length()) - keep
-            if extra > 0:
-                layer.crop(-extra)
 
 
 def _candidate_generator(exported: Any, plan: Any, input_ids: torch.Tensor, mask2d: torch.Tensor,
@@ -85,8 +74,11 @@ def _candidate_generator(exported: Any, plan: Any, input_ids: torch.Tensor, mask
     # eager main model's config would have it (transformers refuses a static cache for assisted decoding)
     drafting = copy.deepcopy(gen)
     drafting.cache_implementation, drafting.max_cache_len = None, None
+    assistant = plan.assistant_model
+    if is_exported(assistant):
+        assistant = ExportedAssistant(assistant, gen.max_length, input_ids.device)
     return AssistedCandidateGenerator(
-        input_ids=input_ids, assistant_model=plan.assistant_model, generation_config=drafting,
+        input_ids=input_ids, assistant_model=assistant, generation_config=drafting,
         model_kwargs={"attention_mask": mask2d, "use_cache": True}, inputs_tensor=input_ids,
         logits_processor=processors,
     )
@@ -114,9 +106,11 @@ def _select(gen: Any, candidates: torch.Tensor, candidate_logits: Any, drafted: 
     return selected[:, : matches + 1]
 
 
-def generate_assisted(exported: Any, plan: Any, inputs: dict) -> torch.Tensor:
+def generate_assisted(exported: Any, plan: Any, inputs: dict) -> Any:
     """``model.generate(prompt_lookup_num_tokens=N)`` / ``model.generate(assistant_model=...)`` over the export's
-    multi-token decode graph."""
+    multi-token decode graph: the token ids, or with ``return_dict_in_generate`` a ``GenerateDecoderOnlyOutput``
+    (``scores`` / ``logits`` with ``output_scores`` / ``output_logits``, one row per kept token, as
+    ``_assisted_decoding`` returns them)."""
     gen = plan.gen
     prefill, decode = Component(exported, "prefill"), Component(exported, "decode")
     input_ids = inputs.pop("input_ids")
@@ -140,6 +134,9 @@ def generate_assisted(exported: Any, plan: Any, inputs: dict) -> torch.Tensor:
     eos = gen._eos_token_tensor
     cache = prefill.initial_cache(1, device)
     cached = 0  # positions the cache holds
+    keep_dict = bool(gen.return_dict_in_generate)
+    scores: tuple | None = () if keep_dict and gen.output_scores else None
+    raw: tuple | None = () if keep_dict and gen.output_logits else None
     if plan.streamer is not None:
         plan.streamer.put(input_ids.cpu())
     while True:
@@ -161,6 +158,7 @@ def generate_assisted(exported: Any, plan: Any, inputs: dict) -> torch.Tensor:
             cache = getattr(out, decode.cache_key)
             pieces.append(out.logits[:, -block.shape[1]:])
         new_logits = torch.cat(pieces, dim=1)[:, -drafted - 1:].to(dtype=torch.float32, device=device)
+        unprocessed = new_logits.clone() if raw is not None else None
         for i in range(drafted + 1):
             new_logits[:, i, :] = processors(candidates[:, : cur_len + i], new_logits[:, i, :])
         valid = _select(gen, candidates, candidate_logits, drafted, new_logits)[:, : gen.max_length - cur_len]
@@ -173,13 +171,32 @@ def generate_assisted(exported: Any, plan: Any, inputs: dict) -> torch.Tensor:
         if plan.streamer is not None:
             plan.streamer.put(valid.cpu())
         cached = input_ids.shape[1] - 1  # the newest token is fed with the next drafts
-        _rollback(cache, cached)
-        if text.valid is not None:
-            text.valid[:, cached:] = False
+        rollback_cache(cache, cached)
+        text.rewind(cached)
         generator.update_candidate_strategy(input_ids, new_logits, matches)
-        done = criteria(input_ids, new_logits[:, matches, :])
+        if scores is not None:
+            scores += tuple(new_logits[:, i, :] for i in range(matches + 1))
+        if raw is not None:
+            raw += tuple(unprocessed[:, i, :] for i in range(matches + 1))
+        # as _assisted_decoding calls them: with the scores kept so far (None when none are kept)
+        done = criteria(input_ids, scores)
         if bool(done.all()):
             break
     if plan.streamer is not None:
         plan.streamer.end()
-    return input_ids
+    _write_back(generator)
+    if not keep_dict:
+        return input_ids
+    from transformers.generation.utils import GenerateDecoderOnlyOutput
+
+    # past_key_values stays None: the cache lives in the export's runners
+    return GenerateDecoderOnlyOutput(sequences=input_ids, scores=scores, logits=raw)
+
+
+def _write_back(generator: Any) -> None:
+    """As ``_assisted_decoding`` ends: a heuristic schedule's number of drafts carries over to the assistant's next
+    call (it is written into the assistant's generation config)."""
+    assistant = getattr(generator, "assistant_model", None)
+    config = getattr(assistant, "generation_config", None)
+    if config is not None and config.num_assistant_tokens_schedule == "heuristic":
+        config.num_assistant_tokens = generator.num_assistant_tokens

@@ -12,7 +12,7 @@ from ..errors import UnsupportedError
 from ..metadata import KwargKind, LeafRole
 from ..runner import torch_dtype
 
-__all__ = ["TextState", "Component", "decode_loop", "eos_ids", "slot_masks"]
+__all__ = ["TextState", "Component", "decode_loop", "eos_ids", "slot_masks", "rollback_cache"]
 
 
 def eos_ids(gen: Any, device: torch.device) -> torch.Tensor | None:
@@ -172,6 +172,12 @@ class TextState:
             call[component.cache_key] = cache
         return call
 
+    def rewind(self, keep: int) -> None:
+        """Forget the positions from ``keep`` on (rejected drafts): their static-cache slots are free again."""
+        self.length = keep
+        if self.valid is not None:
+            self.valid[:, keep:] = False
+
     def advance(self) -> int:
         """Account for one new token; returns its position."""
         position = self.length
@@ -179,6 +185,19 @@ class TextState:
             self.valid[:, position] = True
         self.length += 1
         return position
+
+
+def rollback_cache(cache: Any, keep: int) -> None:
+    """Forget a cache's positions from ``keep`` on: a growing layer is cropped (``DynamicLayer.crop``, as eager's
+    assisted decoding does), a static layer's write counter goes back (the next call writes over its slots)."""
+    for layer in getattr(cache, "layers", ()):
+        counter = getattr(layer, "cumulative_length", None)
+        if isinstance(counter, torch.Tensor) and getattr(layer, "max_cache_len", None) is not None:
+            counter.fill_(keep)
+        else:
+            extra = int(layer.get_seq_length()) - keep
+            if extra > 0:
+                layer.crop(-extra)
 
 
 def decode_loop(plan: Any, sequences: torch.Tensor, logits: torch.Tensor, step: Any) -> Any:
@@ -194,17 +213,18 @@ def decode_loop(plan: Any, sequences: torch.Tensor, logits: torch.Tensor, step: 
     pad = pad.to(sequences.device) if pad is not None else None  # once, not per step
     unfinished = torch.ones(sequences.shape[0], dtype=torch.long, device=sequences.device)
     keep = bool(gen.return_dict_in_generate)
-    scores: list[torch.Tensor] = []
-    raw: list[torch.Tensor] = []
+    # as _sample keeps them: tuples, and the scores so far handed to the stopping criteria (None when not kept)
+    scores: tuple | None = () if keep and gen.output_scores else None
+    raw: tuple | None = () if keep and gen.output_logits else None
     if streamer is not None:
         streamer.put(sequences.cpu())
     for index in range(gen.max_new_tokens):
         next_logits = logits[:, -1, :].to(copy=True, dtype=torch.float32, device=sequences.device)
         next_scores = processors(sequences, next_logits)
-        if keep and gen.output_scores:
-            scores.append(next_scores)
-        if keep and gen.output_logits:
-            raw.append(next_logits)
+        if scores is not None:
+            scores += (next_scores,)
+        if raw is not None:
+            raw += (next_logits,)
         if gen.do_sample:
             token = torch.multinomial(torch.softmax(next_scores, dim=-1), num_samples=1).squeeze(1)
         else:
@@ -212,7 +232,7 @@ def decode_loop(plan: Any, sequences: torch.Tensor, logits: torch.Tensor, step: 
         if has_eos and pad is not None:
             token = token * unfinished + pad * (1 - unfinished)
         sequences = torch.cat([sequences, token[:, None]], dim=-1)
-        unfinished = unfinished & ~criteria(sequences, next_scores).to(unfinished.device)
+        unfinished = unfinished & ~criteria(sequences, scores).to(unfinished.device)
         if streamer is not None:
             streamer.put(token.cpu())
         if unfinished.max() == 0 or index == gen.max_new_tokens - 1:
@@ -222,8 +242,7 @@ def decode_loop(plan: Any, sequences: torch.Tensor, logits: torch.Tensor, step: 
         streamer.end()
     if not keep:
         return sequences
-    return _output(plan, sequences, tuple(scores) if gen.output_scores else None,
-                   tuple(raw) if gen.output_logits else None)
+    return _output(plan, sequences, scores, raw)
 
 
 def _output(plan: Any, sequences: torch.Tensor, scores: Any, logits: Any) -> Any:

@@ -35,7 +35,7 @@ REFUSED: dict[str, str] = {
     "force_words_ids": "constrained beam search is not implemented over exported graphs",
     "output_attentions": "the exported graphs return logits and the cache, not attentions",
     "output_hidden_states": "the exported graphs return logits and the cache, not hidden states",
-    "assistant_early_exit": "assisted decoding is not implemented yet",
+    "assistant_early_exit": "early-exit drafting runs the model's own first layers, which no exported graph returns",
     "token_healing": "token healing re-tokenizes the prompt with the model's own generate",
     "watermarking_config": "watermarking is not implemented over exported graphs",
     "use_mtp": "multi-token prediction heads are not exported",
