@@ -112,11 +112,14 @@ def _rows(greedy, tokenizer, prompts):
         "length_penalty": lambda: {"num_beams": 3, "length_penalty": -2.0, "eos_token_id": third},
         "early_stopping": lambda: {"num_beams": 2, "early_stopping": True, "eos_token_id": second},
         "beams_with_penalty": lambda: {"num_beams": 2, "repetition_penalty": 0.05},
+        "beams_stopping_criteria": lambda: {"num_beams": 2, "stopping_criteria": [
+            StopAfter(prompts["input_ids"].shape[-1] + 3)]},
     }
 
 
 # the output a row's arguments are checked to change (default: plain greedy decoding)
-BASELINES = {"no_repeat_ngram_size": {"repetition_penalty": 0.05}, "beams_with_penalty": {"num_beams": 2}}
+BASELINES = {"no_repeat_ngram_size": {"repetition_penalty": 0.05}, "beams_with_penalty": {"num_beams": 2},
+             "beams_stopping_criteria": {"num_beams": 2}}
 
 # rows about what generate returns beside the tokens: compared on scores / logits, not sequences
 SCORE_ROWS = {
@@ -164,7 +167,7 @@ ROW_IDS = ["repetition_penalty", "no_repeat_ngram_size", "suppress_tokens", "beg
            "max_length", "exponential_decay_length_penalty", "logits_processor", "stopping_criteria",
            "prefix_allowed_tokens_fn", "stop_strings", "generation_config", "sample", "temperature", "top_k", "top_p",
            "min_p", "typical_p", "epsilon_cutoff", "eta_cutoff", "penalty_and_top_k", "num_beams",
-           "num_return_sequences", "length_penalty", "early_stopping", "beams_with_penalty"]
+           "num_return_sequences", "length_penalty", "early_stopping", "beams_with_penalty", "beams_stopping_criteria"]
 
 
 # exports whose graphs pin the batch: ExecuTorch keeps a static cache in the program's buffers, fixed in shape

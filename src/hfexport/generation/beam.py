@@ -1,17 +1,20 @@
-"""Beam search for ``ExportedModel.generate(num_beams=...)`` over the exported prefill and decode components.
+"""Beam search for ``ExportedModel.generate(num_beams=...)`` over the exported graphs, decoder-only and
+encoder-decoder alike.
 
-It follows transformers' vectorised beam search (``GenerationMixin._beam_search``, transformers 5.x) step for step:
-the prompt is expanded to ``batch * num_beams`` rows, each step keeps the top ``max(2, 1 + n_eos) * num_beams``
-continuations of every batch item, the best ``num_beams`` unfinished ones continue, finished ones enter the
-hypotheses with the length penalty, and the same early-stop heuristic ends the loop. Between steps the cache rows
-are reordered to follow their beams: a stateful runner is told the new order (``runner.reorder``: OpenVINO applies it
-in-graph through ``beam_idx``, ExecuTorch in the method's buffers); a cache handed back as tensors is reordered in
-place.
+:func:`beam_loop` follows transformers' vectorised beam search (``GenerationMixin._beam_search``, transformers 5.x)
+step for step: the prompt (a decoder's, or an encoder-decoder's decoder prompt) comes expanded to
+``batch * num_beams`` rows, each step keeps the top ``max(2, 1 + n_eos) * num_beams`` continuations of every batch
+item, the stopping criteria of the call mark the finished ones, the best ``num_beams`` unfinished ones continue,
+finished ones enter the hypotheses with the length penalty, and the same early-stop heuristic ends the loop. Only
+the step differs between the two kinds: the caller's ``step(token, order)`` reorders the cache rows to follow their
+beams (:func:`reorder_cache`: a stateful runner is told the new order through ``runner.reorder``, OpenVINO applies
+it in-graph through ``beam_idx``, ExecuTorch in the method's buffers; a cache handed back as tensors is reordered in
+place) and runs the decode graph on the chosen tokens.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
@@ -19,7 +22,7 @@ from ..errors import UnsupportedError
 from ..pytrees import tensor_leaves
 from .loop import Component, TextState, eos_ids
 
-__all__ = ["generate_beam"]
+__all__ = ["generate_beam", "beam_loop", "check_beams", "reorder_cache"]
 
 # backends whose runners hand back the cache as tensors or reorder their own state; others are refused by name
 _REORDERABLE = ("dynamo", "onnx", "openvino", "executorch")
@@ -31,7 +34,8 @@ def _gather(tensor: torch.Tensor, indices: torch.Tensor) -> torch.Tensor:
     return torch.take_along_dim(tensor, indices, dim=1)
 
 
-def _reorder(runner: Any, cache: Any, beam_idx: torch.Tensor) -> None:
+def reorder_cache(runner: Any, cache: Any, beam_idx: torch.Tensor) -> None:
+    """Make row ``i`` of the cache continue from row ``beam_idx[i]`` before the next call of ``runner``."""
     if getattr(runner, "stateful", False):
         runner.reorder(beam_idx)
         return
@@ -40,7 +44,19 @@ def _reorder(runner: Any, cache: Any, beam_idx: torch.Tensor) -> None:
             leaf.copy_(leaf.index_select(0, beam_idx))
 
 
-def _check(exported: Any, plan: Any) -> None:
+def _fixed_batch(component: Component) -> int | None:
+    """The batch a graph was traced for with static shapes: its cache's, else its token input's (``None``: any)."""
+    fixed = component.fixed_batch()
+    if fixed is not None:
+        return fixed
+    tokens = [s for s in component.metadata.inputs if s.name in ("input_ids", "decoder_input_ids") and s.shape]
+    return int(tokens[0].shape[0]) if tokens and isinstance(tokens[0].shape[0], int) else None
+
+
+def check_beams(exported: Any, plan: Any, batch: int, *decoders: Component) -> None:
+    """Refuse, before the decoder runs, what this beam search cannot give: a backend whose cache cannot be reordered,
+    sampling, a streamer, more sequences than beams, and decoder graphs traced for another batch than
+    ``batch * num_beams``."""
     gen, streamer = plan.gen, plan.streamer
     fmt = str(getattr(exported.export_format, "value", exported.export_format))
     if fmt not in _REORDERABLE:
@@ -48,50 +64,71 @@ def _check(exported: Any, plan: Any) -> None:
             f"beam search is not supported by ExportedModel.generate on the {fmt} backend: its runner cannot reorder "
             "the cache between steps; use num_beams=1"
         )
-    if "encoder" in exported.components or "language_model" in exported.components:
-        raise UnsupportedError("beam search runs on decoder-only exports (prefill + decode); use num_beams=1")
-    if "prefill" not in exported.components or "decode" not in exported.components:
-        raise UnsupportedError(f"beam search needs the components of export_for_generation, got {list(exported.components)}")
     if gen.do_sample or streamer is not None or (gen.num_return_sequences or 1) > gen.num_beams:
         raise UnsupportedError("beam search here is greedy (do_sample=False), without a streamer, and returns at most "
                                "num_beams sequences")
-
-
-def generate_beam(exported: Any, plan: Any, inputs: dict) -> Any:
-    """Beam search; returns ``[batch * num_return_sequences, length]`` token ids as ``model.generate`` does, or
-    with ``return_dict_in_generate`` a ``GenerateBeamDecoderOnlyOutput`` (``sequences_scores`` and the per-step
-    ``scores`` of every beam with ``output_scores``, the raw ``logits`` with ``output_logits``, ``beam_indices``)."""
-    _check(exported, plan)
-    gen = plan.gen
-    prefill, decode = Component(exported, "prefill"), Component(exported, "decode")
-    beams, returned = int(gen.num_beams), int(gen.num_return_sequences or 1)
-    input_ids = inputs.pop("input_ids")
-    mask2d = inputs.pop("attention_mask", None)
-    mask2d = torch.ones_like(input_ids) if mask2d is None else mask2d.long()
-    batch, prompt_len = input_ids.shape
-    dev = input_ids.device
-    fixed = prefill.fixed_batch()
-    if fixed is not None and fixed != batch * beams:
+    beams = int(gen.num_beams)
+    fixed = next((f for f in map(_fixed_batch, decoders) if f is not None and f != batch * beams), None)
+    if fixed is not None:
         raise UnsupportedError(
             f"this export's graphs take a fixed batch of {fixed} rows (a cache traced with static shapes), and beam "
             f"search over {batch} prompt(s) with num_beams={beams} runs {batch * beams}: re-export with a sample "
             f"batch of {batch * beams} rows (or dynamic shapes), or use num_beams=1"
         )
+
+
+def generate_beam(exported: Any, plan: Any, inputs: dict) -> Any:
+    """Beam search over a decoder-only export (prefill + decode); what :func:`beam_loop` returns."""
+    if "encoder" in exported.components or "language_model" in exported.components:
+        raise UnsupportedError("beam search runs on decoder-only and encoder-decoder exports; use num_beams=1")
+    if "prefill" not in exported.components or "decode" not in exported.components:
+        raise UnsupportedError(f"beam search needs the components of export_for_generation, got {list(exported.components)}")
+    prefill, decode = Component(exported, "prefill"), Component(exported, "decode")
+    input_ids = inputs.pop("input_ids")
+    check_beams(exported, plan, input_ids.shape[0], prefill, decode)
+    beams = int(plan.gen.num_beams)
+    mask2d = inputs.pop("attention_mask", None)
+    mask2d = torch.ones_like(input_ids) if mask2d is None else mask2d.long()
+    prompt_len = input_ids.shape[-1]
     input_ids, mask2d = input_ids.repeat_interleave(beams, 0), mask2d.repeat_interleave(beams, 0)
     extra = {k: v.repeat_interleave(beams, 0) if isinstance(v, torch.Tensor) else v for k, v in inputs.items()}
-    max_length = prompt_len + gen.max_new_tokens
     window = getattr(exported.config, "sliding_window", None) if exported.config is not None else None
-    text = TextState(mask2d, gen.max_new_tokens, decode.cache_capacity(), window)
-    out = prefill.runner(**extra, input_ids=input_ids,
-                         **text.kwargs(prefill, 0, prompt_len, prefill.initial_cache(batch * beams, dev)))
+    text = TextState(mask2d, plan.gen.max_new_tokens, decode.cache_capacity(), window)
+    out = prefill.runner(**extra, input_ids=input_ids, **text.kwargs(
+        prefill, 0, prompt_len, prefill.initial_cache(input_ids.shape[0], input_ids.device)))
+    state = {"out": out}
 
+    def step(token: torch.Tensor, order: torch.Tensor) -> torch.Tensor:
+        cache = getattr(state["out"], decode.cache_key) if decode.cache_key else None
+        reorder_cache(decode.runner, cache, order)
+        position = text.advance()
+        state["out"] = decode.runner(**extra, input_ids=token[:, None], **text.kwargs(decode, position, 1, cache))
+        return state["out"].logits
+
+    plan.attention_mask = mask2d  # the expanded rows' (a repetition penalty skips each row's padding)
+    return beam_loop(plan, input_ids, out.logits, step)
+
+
+def beam_loop(plan: Any, prompt: torch.Tensor, logits: torch.Tensor,
+              step: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]) -> Any:
+    """Beam search from ``prompt`` (``[batch * num_beams, prompt_len]``, each prompt repeated ``num_beams`` times)
+    and ``logits`` (the prefill's); ``step(token, order)`` reorders the cache rows by ``order`` and returns the
+    logits of the next call on ``token``. Returns ``[batch * num_return_sequences, length]`` ids as
+    ``model.generate`` does, or with ``return_dict_in_generate`` a ``GenerateBeamDecoderOnlyOutput`` /
+    ``GenerateBeamEncoderDecoderOutput`` (``sequences_scores`` and the per-step ``scores`` of every beam with
+    ``output_scores``, the raw ``logits`` with ``output_logits``, ``beam_indices``)."""
+    gen = plan.gen
+    beams, returned = int(gen.num_beams), int(gen.num_return_sequences or 1)
+    rows, prompt_len = prompt.shape
+    batch, dev = rows // beams, prompt.device
+    max_length = prompt_len + gen.max_new_tokens
     eos = eos_ids(gen, dev)
     pad = gen.pad_token_id
     fill = (pad if pad else int(eos[0])) if eos is not None else -1  # as transformers fills unused positions
     keep = max(2, 1 + (eos.numel() if eos is not None else 0)) * beams
     top_mask = torch.cat([torch.ones(beams, dtype=torch.bool, device=dev), torch.zeros(keep - beams, dtype=torch.bool, device=dev)])
     running = torch.full((batch, beams, max_length), fill, dtype=torch.long, device=dev)
-    running[:, :, :prompt_len] = input_ids.view(batch, beams, prompt_len)
+    running[:, :, :prompt_len] = prompt.view(batch, beams, prompt_len)
     sequences = running.clone()
     running_scores = torch.zeros(batch, beams, device=dev)
     running_scores[:, 1:] = -1e9
@@ -104,16 +141,16 @@ def generate_beam(exported: Any, plan: Any, inputs: dict) -> Any:
     early = False if gen.early_stopping is None else gen.early_stopping
     offset = torch.arange(batch, device=dev).view(-1, 1) * beams
     cur_len = prompt_len
-    plan.attention_mask = mask2d  # the expanded rows' (a repetition penalty skips each row's padding)
     processors = plan.processors(prompt_len, dev)  # applied to the log-probabilities, as _beam_search does
+    criteria = plan.criteria()
     keep_dict = bool(gen.return_dict_in_generate)
     step_scores: list[torch.Tensor] = []
     raw: list[torch.Tensor] = []
     while True:
-        logits = out.logits[:, -1, :].to(dtype=torch.float32, device=dev)
+        logits = logits[:, -1, :].to(dtype=torch.float32, device=dev)
         log_probs = torch.log_softmax(logits, dim=-1)
         if processors:
-            log_probs = processors(running[:, :, :cur_len].reshape(batch * beams, cur_len), log_probs)
+            log_probs = processors(running[:, :, :cur_len].reshape(rows, cur_len), log_probs)
         if keep_dict and gen.output_logits:
             raw.append(logits.clone())  # the runner may reuse its output buffer
         if keep_dict and gen.output_scores:
@@ -126,9 +163,10 @@ def generate_beam(exported: Any, plan: Any, inputs: dict) -> Any:
         top_seq = _gather(running, from_beam)
         top_seq[:, :, cur_len] = top_indices % vocab
         top_idx[:, :, cur_len - prompt_len] = (from_beam + offset).to(torch.int32)
-        hits = torch.full((batch, keep), cur_len + 1 >= max_length, device=dev)
-        if eos is not None:
-            hits |= torch.isin(top_seq[:, :, cur_len], eos)
+        # the call's stopping criteria (max length, EOS, stop strings, the user's) on every continuation
+        hits = criteria(top_seq[:, :, : cur_len + 1].reshape(batch * keep, -1),
+                        tuple(step_scores) if keep_dict and gen.output_scores else None)
+        hits = hits.to(dev).view(batch, keep)
         # the best unfinished continuations run on
         live = top_scores + hits.float() * -1.0e9
         pick = torch.topk(live, k=beams)[1]
@@ -155,22 +193,19 @@ def generate_beam(exported: Any, plan: Any, inputs: dict) -> Any:
         if not (bool(improvable.any()) and open_beam and not bool(hits.all())):
             break
         order = running_idx[..., cur_len - 1 - prompt_len].reshape(-1).long()
-        cache = getattr(out, decode.cache_key) if decode.cache_key else None
-        _reorder(decode.runner, cache, order)
-        position = text.advance()
-        token = running[:, :, cur_len - 1].reshape(-1, 1)
-        out = decode.runner(**extra, input_ids=token, **text.kwargs(decode, position, 1, cache))
+        logits = step(running[:, :, cur_len - 1].reshape(-1), order)
     sequences = sequences[:, :returned].reshape(batch * returned, -1)
     beam_indices = beam_indices[:, :returned].reshape(batch * returned, -1)
     generated = int((beam_indices + 1).bool().sum(dim=1).max())
     sequences = sequences[:, : prompt_len + generated]
     if not keep_dict:
         return sequences
-    from transformers.generation.utils import GenerateBeamDecoderOnlyOutput
+    from transformers.generation.utils import GenerateBeamDecoderOnlyOutput, GenerateBeamEncoderDecoderOutput
 
     # as _beam_search returns it: sequences_scores only with output_scores; past_key_values stays None (the cache
     # lives in the export's runners)
-    return GenerateBeamDecoderOnlyOutput(
+    kind = GenerateBeamEncoderDecoderOutput if plan.host.config.is_encoder_decoder else GenerateBeamDecoderOnlyOutput
+    return kind(
         sequences=sequences,
         sequences_scores=scores[:, :returned].reshape(-1) if gen.output_scores else None,
         scores=tuple(step_scores) if gen.output_scores else None,

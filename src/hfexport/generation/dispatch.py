@@ -47,7 +47,8 @@ def _generate(exported: Any, kwargs: dict[str, Any]) -> Any:
     plan = plan_generation(exported, kwargs, device)
     if getattr(plan.gen, "num_beams", 1) not in (None, 1):
         # refuses, naming the backend, where the cache cannot be reordered
-        return generate_beam(exported, plan, kwargs)
+        beam = generate_encoder_decoder if "encoder" in exported.components else generate_beam
+        return beam(exported, plan, kwargs)
     if getattr(plan.gen, "prompt_lookup_num_tokens", None) or plan.assistant_model is not None:
         return generate_assisted(exported, plan, kwargs)
     if "encoder" in exported.components:

@@ -2,6 +2,9 @@
 
 The decoder starts from ``decoder_input_ids`` when the call has them (Whisper's generate passes its prompt:
 start of transcript, language, task, no-timestamps), else from the generation config's decoder start token.
+With ``num_beams > 1`` the encoder still runs once per prompt: its outputs, the encoder mask and the decoder prompt
+are repeated per beam (eager's ``_expand_inputs_for_generation`` repeats the encoder's outputs the same way), and
+:func:`.beam.beam_loop` runs the search over the decoder graphs, reordering their cache between steps.
 """
 
 from __future__ import annotations
@@ -9,9 +12,11 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+import torch.utils._pytree as pytree
 
 from ..errors import UnsupportedError
 from ..metadata import LeafRole
+from .beam import beam_loop, check_beams, reorder_cache
 from .loop import Component, slot_masks, decode_loop
 
 __all__ = ["generate_encoder_decoder", "forward_once"]
@@ -24,6 +29,9 @@ def generate_encoder_decoder(exported: Any, plan: Any, inputs: dict) -> Any:
     decoder_ids = inputs.pop("decoder_input_ids", None)
     inputs = _pad_to_cross_cache(decode, inputs)
     encoder_outputs, batch, device = _encode(encoder, inputs)
+    beams = int(gen.num_beams or 1)
+    if beams > 1:  # before the decoder runs: the backend, the arguments, the decoder graphs' batch
+        check_beams(exported, plan, batch, prefill, decode)
     if decoder_ids is None:
         start = gen.decoder_start_token_id
         if start is None:
@@ -32,6 +40,11 @@ def generate_encoder_decoder(exported: Any, plan: Any, inputs: dict) -> Any:
     # the encoder's mask, for the decoder's cross-attention (T5); Whisper's encoder ignores the feature mask its
     # processor may return (WhisperEncoder.forward: "preserved for compatibility"), and its decoder takes none
     extra = {k: v for k, v in inputs.items() if k == "attention_mask" and (k in prefill.kwargs or k in decode.kwargs)}
+    if beams > 1:
+        # as _expand_inputs_for_generation: each item's encoder outputs and mask repeated num_beams times (the
+        # encoder ran once per item, which is what eager's expansion of its outputs equals)
+        decoder_ids, extra, encoder_outputs = (_expand(x, batch, beams) for x in (decoder_ids, extra, encoder_outputs))
+        batch *= beams
     prompt_len = decoder_ids.shape[-1]
 
     capacity = decode.cache_capacity()
@@ -47,15 +60,25 @@ def generate_encoder_decoder(exported: Any, plan: Any, inputs: dict) -> Any:
     out = prefill.runner(**step_kwargs(prefill, decoder_ids, 0, prefill.initial_cache(batch, device)))
     state = {"out": out, "length": prompt_len}
 
-    def step(token: torch.Tensor) -> torch.Tensor:
+    def step(token: torch.Tensor, order: torch.Tensor | None = None) -> torch.Tensor:
         cache = getattr(state["out"], decode.cache_key) if decode.cache_key else None
+        if order is not None:  # beam search: each row continues from its beam's
+            reorder_cache(decode.runner, cache, order)
         state["out"] = decode.runner(**step_kwargs(decode, token[:, None], state["length"], cache))
         state["length"] += 1
         return state["out"].logits
 
+    if beams > 1:
+        return beam_loop(plan, decoder_ids, out.logits, step)
     # model.generate streams the decoder prompt first, as a decoder-only model's prompt: a
     # TextStreamer(skip_prompt=True) then skips exactly it
     return decode_loop(plan, decoder_ids, out.logits, step)
+
+
+def _expand(tree: Any, batch: int, beams: int) -> Any:
+    """Every batch-first tensor of ``tree`` with each row repeated ``beams`` times (``repeat_interleave``)."""
+    return pytree.tree_map_only(
+        torch.Tensor, lambda t: t.repeat_interleave(beams, 0) if t.dim() > 0 and t.shape[0] == batch else t, tree)
 
 
 def _encode(encoder: Component, inputs: dict) -> tuple[Any, int, torch.device]:

@@ -74,10 +74,7 @@ def _whisper_host_class() -> type:
             # of its own (kept None, so the saved config does not add them a second time)
             call = {k: v for k, v in call.items() if v is not None or k in _CLEARED}
             plan = plan_generation(self.exported, call, self._device, host=self)
-            if plan.gen.num_beams not in (None, 1):
-                raise UnsupportedError("beam search over an encoder-decoder export is not implemented yet; use "
-                                       "num_beams=1")
-            return generate_encoder_decoder(self.exported, plan, call)
+            return generate_encoder_decoder(self.exported, plan, call)  # greedy, sampled or beams
 
         def __call__(self, decoder_input_ids: torch.Tensor = None, **inputs: Any) -> Any:
             """The model's forward without a kept cache: Whisper's language detection and no-speech check."""
