@@ -103,6 +103,21 @@ def _child(src: Path, *args: str, timeout: int = 1800) -> dict:
     return record
 
 
+def _summarize(name: str, row: dict, trees: dict, per_step: bool) -> None:
+    best = {tree: max(row[tree]["tok_s"]) for tree in trees}
+    median = {tree: statistics.median(row[tree]["tok_s"]) for tree in trees}
+    row["ratio"] = best["after"] / best["before"]
+    row["median_ratio"] = median["after"] / median["before"]
+    row["same_tokens"] = row["before"]["tokens"] == row["after"]["tokens"]
+    print(f"[ab] {name}: before {best['before']:.1f} tok/s "
+          f"({', '.join(f'{v:.1f}' for v in row['before']['tok_s'])}), after {best['after']:.1f} tok/s "
+          f"({', '.join(f'{v:.1f}' for v in row['after']['tok_s'])}), after/before {row['ratio']:.3f} (best), "
+          f"{row['median_ratio']:.3f} (median), same tokens: {row['same_tokens']}", flush=True)
+    if per_step:
+        print(f"[ab] {name}: per step (best round) before {1e6 / best['before']:.0f} us, after "
+              f"{1e6 / best['after']:.0f} us", flush=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--before", required=True, help="git revision of the 'before' tree")
@@ -113,9 +128,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--model", choices=("smollm2", "tiny"), default="smollm2")
     parser.add_argument("--repeats", type=int, default=3, help="timed generations per child (the best is kept)")
     parser.add_argument("--top-k", type=int, default=None,
-                        help="time top-k sampling (do_sample=True, top_k=K, torch seed 0) instead of greedy decode")
+                        help="time top-k sampling (do_sample=True, top_k=K, torch seed 0) too, over the same exports")
     args = parser.parse_args(argv)
-    extra = json.dumps({"do_sample": True, "top_k": args.top_k} if args.top_k else {"do_sample": False})
+    modes = {"greedy": json.dumps({"do_sample": False})}
+    if args.top_k:
+        modes[f"top-k {args.top_k}"] = json.dumps({"do_sample": True, "top_k": args.top_k})
     print(f"[ab] load average at start: {os.getloadavg()}", flush=True)
     with tempfile.TemporaryDirectory(prefix="hfexport-ab-") as tmp:
         work = Path(tmp)
@@ -126,31 +143,23 @@ def main(argv: list[str] | None = None) -> int:
         results: dict[str, dict] = {}
         try:
             for backend in args.backends:
-                row = results[backend] = {}
+                exports = {}
                 for tree, src in trees.items():
                     out = work / f"{backend}-{tree}"
-                    record = _child(src, "export", backend, str(out), "0", "{}", args.model, "1")
-                    row[tree] = {"export_s": record["export_s"], "tok_s": [], "tokens": None}
-                    print(f"[ab] {backend} {tree}: exported in {record['export_s']:.1f}s", flush=True)
+                    exports[tree] = _child(src, "export", backend, str(out), "0", "{}", args.model, "1")["export_s"]
+                    print(f"[ab] {backend} {tree}: exported in {exports[tree]:.1f}s", flush=True)
+                rows = {mode: {tree: {"export_s": exports[tree], "tok_s": [], "tokens": None} for tree in trees}
+                        for mode in modes}
                 for _ in range(args.rounds):
-                    for tree, src in trees.items():
-                        record = _child(src, "decode", backend, str(work / f"{backend}-{tree}"), str(args.new_tokens),
-                                        extra, args.model, str(args.repeats))
-                        row[tree]["tok_s"].append(record["tok_s"])
-                        row[tree]["tokens"] = record["tokens"]
-                best = {tree: max(row[tree]["tok_s"]) for tree in trees}
-                median = {tree: statistics.median(row[tree]["tok_s"]) for tree in trees}
-                row["ratio"] = best["after"] / best["before"]
-                row["median_ratio"] = median["after"] / median["before"]
-                row["same_tokens"] = row["before"]["tokens"] == row["after"]["tokens"]
-                print(f"[ab] {backend}: before {best['before']:.1f} tok/s "
-                      f"({', '.join(f'{v:.1f}' for v in row['before']['tok_s'])}), after {best['after']:.1f} tok/s "
-                      f"({', '.join(f'{v:.1f}' for v in row['after']['tok_s'])}), after/before {row['ratio']:.3f} (best), "
-                      f"{row['median_ratio']:.3f} (median), "
-                      f"same tokens: {row['same_tokens']}", flush=True)
-                if args.model == "tiny":
-                    print(f"[ab] {backend}: per step (best round) before {1e6 / best['before']:.0f} us, after "
-                          f"{1e6 / best['after']:.0f} us", flush=True)
+                    for mode, extra in modes.items():
+                        for tree, src in trees.items():
+                            record = _child(src, "decode", backend, str(work / f"{backend}-{tree}"),
+                                            str(args.new_tokens), extra, args.model, str(args.repeats))
+                            rows[mode][tree]["tok_s"].append(record["tok_s"])
+                            rows[mode][tree]["tokens"] = record["tokens"]
+                for mode, row in rows.items():
+                    results[f"{backend} {mode}"] = row
+                    _summarize(f"{backend} {mode}", row, trees, args.model == "tiny")
         finally:
             subprocess.run(["git", "-C", str(REPO), "worktree", "remove", "--force", str(before)], check=False)
     print(f"[ab] load average at end: {os.getloadavg()}", flush=True)
