@@ -4,11 +4,13 @@ The config is what a Hub checkpoint ships (``hfexport.testing.tiny_whisper``): `
 language left to detection, ``lang_to_id`` / ``task_to_id``, ``<|notimestamps|>``, suppressed and begin-suppressed
 tokens, pad = EOS. ``ExportedModel.generate`` must return ``model.generate``'s ids for each call below: the decoder
 prompt and the EOS stripped, the language detected or given, the task, timestamps, a long-form (segmented) input,
-the temperature fallback, an English-only config passed at the call, and ``return_dict_in_generate`` with scores.
-Each row first checks that its arguments change eager's output, so the comparison can fail.
+the temperature fallback, an English-only config passed at the call, and ``return_dict_in_generate`` with scores;
+then beam search (``num_beams``, with a language, several returned sequences, scores and logits, long-form audio),
+each row checked to swap beams in eager so the cache reorder runs. Each row first checks that its
+arguments change eager's output, so the comparison can fail.
 
 Static and dynamic cache on Dynamo, ONNX, OpenVINO and ExecuTorch; the default suite runs one cache per backend
-(ExecuTorch's in the sweep), the sweep the rest.
+(ExecuTorch's in the sweep), and the beam rows on Dynamo's static cache too; the sweep the rest.
 """
 
 from __future__ import annotations
@@ -115,6 +117,56 @@ def test_whisper_generate_equals_model_generate(model, backend, cache, row):
         assert full[:, 0].eq(WHISPER_SPECIAL["<|startoftranscript|>"]).all()
         assert full[:, 2].eq(WHISPER_SPECIAL["<|transcribe|>"]).all()
         assert full[:, 3].eq(WHISPER_SPECIAL["<|notimestamps|>"]).all()
+
+
+# beam search: id -> (features, the beam call's arguments, the same call without beams, which they must change)
+_DICT = {"return_dict_in_generate": True, "output_scores": True, "output_logits": True}
+BEAM_ROWS = {
+    "beams": (SHORT, {"num_beams": 3}, {}),
+    "beams-language": (SHORT, {"num_beams": 3, "language": "fr"}, {"language": "fr"}),
+    "beams-return-sequences": (SHORT, {"num_beams": 3, "num_return_sequences": 2}, {}),
+    "beams-dict": (SHORT, {"num_beams": 3, **_DICT}, _DICT),
+    "beams-long-form": (LONG, {"num_beams": 2, "return_timestamps": True}, {"return_timestamps": True}),
+}
+# the exports the default suite makes anyway, and Dynamo's static cache
+BEAM_DEFAULT = DEFAULT | {("dynamo", "static")}
+BEAM_CASES = [pytest.param(b, c, r, id=f"{b}-{c}-{r}", marks=[] if (b, c) in BEAM_DEFAULT else [pytest.mark.sweep])
+              for b in BACKENDS for c in ("static", "dynamic") for r in BEAM_ROWS]
+
+
+def _beam_indices(out):
+    """Every beam index a dict output holds: the call's, or each long-form segment's."""
+    if hasattr(out, "beam_indices"):
+        return out.beam_indices.flatten()
+    return torch.cat([s["result"]["beam_indices"].flatten() for segments in out["segments"] for s in segments])
+
+
+@pytest.mark.parametrize("backend,cache,row", BEAM_CASES)
+def test_whisper_beam_search_equals_model_generate(model, backend, cache, row):
+    """``generate(num_beams=...)``: Whisper's generate over beam segments, as eager's (ids, or
+    ``GenerateBeamEncoderDecoderOutput`` with sequences_scores, scores, logits and beam_indices)."""
+    features, kwargs, greedy = BEAM_ROWS[row]
+    want = _eager(model, features, kwargs)
+    other = _eager(model, features, greedy)
+    assert _ids(want).shape != _ids(other).shape or not torch.equal(_ids(want), _ids(other)), \
+        f"{row}: eager's beams give greedy's tokens"
+    twin = want if not isinstance(want, torch.Tensor) else _eager(model, features, dict(kwargs, **_DICT))
+    beams = kwargs["num_beams"]
+    indices = _beam_indices(twin)
+    assert (indices[indices >= 0] % beams > 0).any(), f"{row}: the beams never swap: no cache reorder exercised"
+    exported = _exported(model, backend, cache)
+    torch.manual_seed(0)
+    got = exported.generate(input_features=features, max_new_tokens=NEW_TOKENS, **_resolve(kwargs))
+    assert type(got) is type(want)
+    assert torch.equal(_ids(got), _ids(want)), (_ids(got), _ids(want))
+    if isinstance(want, torch.Tensor):
+        return
+    assert torch.equal(got.beam_indices, want.beam_indices)
+    torch.testing.assert_close(got.sequences_scores, want.sequences_scores, atol=1e-4, rtol=1e-4)
+    for field in ("scores", "logits"):
+        assert len(getattr(got, field)) == len(getattr(want, field)) == NEW_TOKENS
+        for a, b in zip(getattr(got, field), getattr(want, field)):
+            torch.testing.assert_close(a, b, atol=1e-4, rtol=1e-4)  # -inf where suppressed, on both sides
 
 
 def test_token_timestamps_are_refused(model):
