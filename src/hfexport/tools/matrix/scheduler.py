@@ -3,7 +3,8 @@
 A process per case keeps a crash (or a patch a failed export left behind) from touching the next case. Up to
 ``jobs`` cases run at once. When a case reports ``cannot-build``, the cases of the same architecture not started
 yet get the same row without a process (the build is the same); likewise ``eager-fails`` for the same
-architecture and stage, and ``unavailable`` for a backend.
+architecture and stage, and ``unavailable`` for a backend. With a cluster (:mod:`.cluster`), each case's process
+runs on a worker of the cluster instead of here; the rest is the same.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .cluster import run_case_on_worker
 from .discovery import Architecture
 from .launch import LAUNCHERS, kill_all, launch
 
@@ -67,11 +69,12 @@ def _run_one(case: Case, timeout: float, launcher: str, backends: tuple[str, ...
 
 def run_matrix(cases: list[Case], jobs: int = 1, timeout: float = 300,
                on_result: Callable[[dict[str, Any], int, int], None] | None = None,
-               launcher: str = "forkserver") -> list[dict[str, Any]]:
+               launcher: str = "forkserver", cluster: Any = None) -> list[dict[str, Any]]:
     """Run ``cases`` and return their rows in case order; ``on_result(row, done, total)`` after each one.
 
     ``launcher`` says how each case's process starts (:mod:`.launch`): ``"forkserver"`` (forked from a clean
     server with torch, transformers and hfexport preloaded) or ``"exec"`` (a fresh interpreter per case).
+    ``cluster`` (:class:`~.cluster.DaskCluster`): each case runs on one of its workers, ``jobs`` of them at once.
     """
     if launcher not in LAUNCHERS:
         raise ValueError(f"unknown launcher {launcher!r}; expected one of {', '.join(LAUNCHERS)}")
@@ -91,8 +94,14 @@ def run_matrix(cases: list[Case], jobs: int = 1, timeout: float = 300,
                       or known.get(("eager", f"{case.arch.model_type}/{case.stage}")))
         if shared is not None:
             row = case.row(status=shared["status"], reason=shared["reason"])
-        else:
+        elif cluster is None:
             row = _run_one(case, timeout, launcher, backends, threads)
+        else:
+            try:
+                row = cluster.run(run_case_on_worker, _run_one, case, timeout, launcher, backends)
+            except Exception as error:  # the worker died twice, or the cluster went away: the case's row says so
+                row = case.row(status="fail", reason=f"cluster {cluster.address}: {type(error).__name__}: "
+                                                     f"{error}"[:300])
         with lock:
             if stopping:  # killed by the finally below: not a result of the case
                 return
