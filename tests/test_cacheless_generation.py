@@ -52,6 +52,25 @@ def test_cacheless_model_generates_eagers_tokens_from_one_program(gpt, fmt, tmp_
         assert torch.equal(got, expected), (got, expected)
 
 
+def test_cacheless_model_beam_search_runs_each_beam_on_its_whole_sequence(gpt):
+    """Beam search over a cacheless export: each beam's sequence (reordered as the beams swap) is fed whole at every
+    step, as eager does. Fed only the new token, the tokens happened to agree here but the scores were off by 4e-3."""
+    exported = _export(gpt, "dynamo")
+    prompt = torch.randint(0, 128, (2, 9), generator=torch.Generator().manual_seed(11))
+    call = {"attention_mask": torch.ones_like(prompt), "max_new_tokens": NEW_TOKENS, "num_beams": 3,
+            "return_dict_in_generate": True, "output_scores": True}
+    with torch.no_grad():
+        greedy = gpt.generate(input_ids=prompt, attention_mask=call["attention_mask"], max_new_tokens=NEW_TOKENS,
+                              do_sample=False)
+        expected = gpt.generate(input_ids=prompt, **call)
+    assert not torch.equal(expected.sequences, greedy), "beam search gives greedy's tokens"
+    taken = expected.beam_indices[expected.beam_indices >= 0]
+    assert (taken % 3 > 0).any(), "the beams never swap"
+    got = exported.generate(input_ids=prompt, **call)
+    assert torch.equal(got.sequences, expected.sequences) and torch.equal(got.beam_indices, expected.beam_indices)
+    torch.testing.assert_close(got.sequences_scores, expected.sequences_scores, atol=1e-4, rtol=1e-4)
+
+
 def test_cacheless_model_with_static_shapes_says_to_export_dynamic(gpt):
     with pytest.raises(UnsupportedError, match="keeps no cache.*dynamic=True"):
         _export(gpt, "dynamo", dynamic=False)

@@ -79,8 +79,9 @@ def check_beams(exported: Any, plan: Any, batch: int, *decoders: Component) -> N
 
 def generate_beam(exported: Any, plan: Any, inputs: dict) -> Any:
     """Beam search over a decoder-only export (prefill + decode); what :func:`beam_loop` returns."""
-    if "encoder" in exported.components or "language_model" in exported.components:
-        raise UnsupportedError("beam search runs on decoder-only and encoder-decoder exports; use num_beams=1")
+    if "language_model" in exported.components:  # (an encoder-decoder's beams: generate_encoder_decoder)
+        raise UnsupportedError("beam search over a multimodal export is not implemented (it runs on decoder-only and "
+                               "encoder-decoder exports); use num_beams=1")
     if "prefill" not in exported.components or "decode" not in exported.components:
         raise UnsupportedError(f"beam search needs the components of export_for_generation, got {list(exported.components)}")
     prefill, decode = Component(exported, "prefill"), Component(exported, "decode")
@@ -96,12 +97,18 @@ def generate_beam(exported: Any, plan: Any, inputs: dict) -> Any:
     text = TextState(mask2d, plan.gen.max_new_tokens, decode.cache_capacity(), window)
     out = prefill.runner(**extra, input_ids=input_ids, **text.kwargs(
         prefill, 0, prompt_len, prefill.initial_cache(input_ids.shape[0], input_ids.device)))
-    state = {"out": out}
+    state = {"out": out, "ids": input_ids}
+    # a model that keeps no cache: the decode component is the prefill's graph, run on each beam's whole sequence
+    rereads = decode.cache_key is None and exported.components["decode"].program is exported.components["prefill"].program
 
     def step(token: torch.Tensor, order: torch.Tensor) -> torch.Tensor:
+        position = text.advance()
+        if rereads:
+            state["ids"] = torch.cat([state["ids"].index_select(0, order), token[:, None]], dim=-1)
+            state["out"] = decode.runner(**extra, input_ids=state["ids"], **text.kwargs(decode, 0, position + 1, None))
+            return state["out"].logits
         cache = getattr(state["out"], decode.cache_key) if decode.cache_key else None
         reorder_cache(decode.runner, cache, order)
-        position = text.advance()
         state["out"] = decode.runner(**extra, input_ids=token[:, None], **text.kwargs(decode, position, 1, cache))
         return state["out"].logits
 
