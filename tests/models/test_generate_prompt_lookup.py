@@ -195,3 +195,14 @@ def test_an_exported_assistant_too_small_for_the_call_is_refused(dynamic_main, a
     small = _export(assistants["self"], "dynamo", "static")  # 64 positions
     with pytest.raises(UnsupportedError, match="max_cache_len >= 70"):
         main.generate(input_ids=PROMPT.clone(), max_new_tokens=57, assistant_model=small)
+
+
+def test_a_stateful_export_is_refused_as_main_model_and_as_assistant(model, dynamic_main):
+    """OpenVINO keeps a stateful export's cache in the runtime's variables, which cannot be rolled back past the
+    rejected drafts: refused by name, whichever side it is on."""
+    stateful = _export(model, "openvino", "static")
+    assert stateful.runner("decode").stateful
+    with pytest.raises(UnsupportedError, match="this export keeps its cache inside the runtime"):
+        stateful.generate(input_ids=PROMPT.clone(), max_new_tokens=4, prompt_lookup_num_tokens=3)
+    with pytest.raises(UnsupportedError, match="the assistant export keeps its cache inside the runtime"):
+        dynamic_main.generate(input_ids=PROMPT.clone(), max_new_tokens=4, assistant_model=stateful)

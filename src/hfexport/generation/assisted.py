@@ -23,7 +23,7 @@ from typing import Any
 import torch
 
 from ..errors import UnsupportedError
-from .drafts import ExportedAssistant, is_exported
+from .drafts import ExportedAssistant, is_exported, refuse_stateful
 from .loop import Component, TextState, rollback_cache
 
 __all__ = ["generate_assisted"]
@@ -44,12 +44,8 @@ def _check(exported: Any, decode: Component, input_ids: torch.Tensor, plan: Any)
             "assisted decoding verifies a block of drafted tokens in one call, and this export's decode graph "
             "takes one token: re-export with multi_token_decode=True (and dynamic=True)"
         )
-    for name in ("prefill", "decode"):
-        if getattr(exported.runner(name), "stateful", False):
-            raise UnsupportedError(
-                "assisted decoding rolls the cache back past rejected drafts, and this export keeps its cache "
-                "inside the runtime (stateful), out of reach: export with stateful=False, or drop "
-                "prompt_lookup_num_tokens= / assistant_model=")
+    refuse_stateful(exported, "this export",
+                    "export with stateful=False, or drop prompt_lookup_num_tokens= / assistant_model=")
     if input_ids.shape[0] != 1:
         raise UnsupportedError("assisted generate is only supported for batch_size = 1 (as in model.generate)")
 

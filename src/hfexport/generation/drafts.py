@@ -21,13 +21,23 @@ from ..errors import UnsupportedError
 from .loop import Component, TextState, decode_loop, rollback_cache
 from .plan import default_config, plan_generation
 
-__all__ = ["ExportedAssistant", "is_exported"]
+__all__ = ["ExportedAssistant", "is_exported", "refuse_stateful"]
 
 
 def is_exported(model: Any) -> bool:
     """Whether ``model`` is an :class:`~hfexport.ExportedModel` (by what it has: the generation package sits below
     the module that defines it)."""
     return hasattr(model, "components") and hasattr(model, "runner") and hasattr(model, "export_format")
+
+
+def refuse_stateful(exported: Any, which: str, fix: str) -> None:
+    """Assisted decoding rolls a cache back past the rejected drafts: refuse an export whose cache lives inside the
+    runtime (stateful), out of reach."""
+    for name in ("prefill", "decode"):
+        if getattr(exported.runner(name), "stateful", False):
+            raise UnsupportedError(
+                f"assisted decoding rolls the cache back past rejected drafts, and {which} keeps its cache inside the "
+                f"runtime (stateful), out of reach: {fix}")
 
 
 class _DraftCache:
@@ -62,12 +72,7 @@ class ExportedAssistant:
             raise UnsupportedError(
                 f"assistant_model= takes a decoder-only export of export_for_generation (prefill + decode); this "
                 f"one has {sorted(names)}")
-        for name in ("prefill", "decode"):
-            if getattr(exported.runner(name), "stateful", False):
-                raise UnsupportedError(
-                    "the assistant export keeps its cache inside the runtime (stateful), and assisted decoding rolls "
-                    "the assistant's cache back past the drafts the main model rejects: export the assistant with "
-                    "stateful=False")
+        refuse_stateful(exported, "the assistant export", "export the assistant with stateful=False")
         self.exported = exported
         self.config = default_config(exported)
         if exported.generation_config is None:  # the generator reads (and eager writes back) its draft settings
