@@ -24,6 +24,8 @@ __all__ = [
     "encoder_inputs",
     "image_features",
     "image_token_id",
+    "placeholder_token_id",
+    "glue_for",
     "merge_image_features",
     "refuse_packed_images",
     "select_vision_feature",
@@ -33,13 +35,31 @@ __all__ = [
 ENCODER_INPUT_ALIASES = {"hidden_states": "pixel_values", "grid_thw": "image_grid_thw"}
 
 
-def image_token_id(config: Any) -> int:
-    """The placeholder id the image features replace (``image_token_id`` or LLaVA's ``image_token_index``)."""
-    for name in ("image_token_id", "image_token_index"):
+def placeholder_token_id(config: Any, modality: str) -> int:
+    """The placeholder id a modality's features replace: ``{modality}_token_id``, or LLaVA's
+    ``{modality}_token_index``."""
+    names = (f"{modality}_token_id", f"{modality}_token_index")
+    for name in names:
         value = getattr(config, name, None)
         if value is not None:
             return int(value)
-    raise UnsupportedError(f"{type(config).__name__} has neither image_token_id nor image_token_index")
+    raise UnsupportedError(f"{type(config).__name__} has neither {names[0]} nor {names[1]}")
+
+
+def image_token_id(config: Any) -> int:
+    """The placeholder id the image features replace."""
+    return placeholder_token_id(config, "image")
+
+
+def glue_for(registry: Mapping[str, Any], config: Any, what: str, prompts: str, instead: str) -> Any:
+    """The model type's entry in a per-model-type glue registry, or :class:`UnsupportedError` naming the types that
+    have one and ``instead`` (what the user can do)."""
+    model_type = getattr(config, "model_type", None)
+    glue = registry.get(model_type)
+    if glue is None:
+        raise UnsupportedError(f"generate() merges {what} for {sorted(registry)}; {model_type} {prompts} are not "
+                               f"supported yet: {instead}")
+    return glue
 
 
 def _qwen2_vl_vision_inputs(config: Any, grid_thw: torch.Tensor) -> dict[str, torch.Tensor]:

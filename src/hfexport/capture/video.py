@@ -19,7 +19,7 @@ from typing import Any
 import torch
 
 from ..errors import UnsupportedError
-from .glue import encoder_inputs, image_features, select_vision_feature
+from .glue import encoder_inputs, glue_for, image_features, placeholder_token_id, select_vision_feature
 
 __all__ = ["VIDEO_GLUE", "video_features", "video_token_id"]
 
@@ -29,12 +29,8 @@ VideoGlue = Callable[[Any, Callable[..., Any], list, Callable | None, Mapping[st
 
 
 def video_token_id(config: Any) -> int:
-    """The placeholder id the video features replace (``video_token_id`` or LLaVA's ``video_token_index``)."""
-    for name in ("video_token_id", "video_token_index"):
-        value = getattr(config, name, None)
-        if value is not None:
-            return int(value)
-    raise UnsupportedError(f"{type(config).__name__} has neither video_token_id nor video_token_index")
+    """The placeholder id the video features replace."""
+    return placeholder_token_id(config, "video")
 
 
 def _qwen2_vl(config: Any, encode: Callable[..., Any], traced: list, project: Callable | None,
@@ -91,11 +87,5 @@ def video_features(config: Any, encode: Callable[..., Any], traced: list, projec
     Raises:
         UnsupportedError: The model type has no glue in :data:`VIDEO_GLUE`, or the inputs do not fit it.
     """
-    model_type = getattr(config, "model_type", None)
-    glue = VIDEO_GLUE.get(model_type)
-    if glue is None:
-        raise UnsupportedError(
-            f"generate() merges video frames for {sorted(VIDEO_GLUE)}; {model_type} videos are not supported yet: "
-            "pass images, or generate with the eager model"
-        )
+    glue = glue_for(VIDEO_GLUE, config, "video frames", "videos", "pass images, or generate with the eager model")
     return glue(config, encode, traced, project, inputs)

@@ -19,7 +19,7 @@ from typing import Any
 
 import torch
 
-from ..capture.glue import merge_image_features
+from ..capture.glue import glue_for, merge_image_features
 from ..errors import UnsupportedError
 
 __all__ = ["AUDIO_GLUE", "merge_audio"]
@@ -76,11 +76,5 @@ def merge_audio(config: Any, encoder: Any, project: Callable | None, input_ids: 
     """The prompt's embeddings with the audio features merged in (unchanged for a prompt without audio)."""
     if inputs.get("input_features") is None:
         return embeds
-    model_type = getattr(config, "model_type", None)
-    glue = AUDIO_GLUE.get(model_type)
-    if glue is None:
-        raise UnsupportedError(
-            f"generate() merges audio features for {sorted(AUDIO_GLUE)}; {model_type}'s glue around its audio tower "
-            "is not reproduced yet: generate with the eager model"
-        )
+    glue = glue_for(AUDIO_GLUE, config, "audio features", "audio prompts", "generate with the eager model")
     return glue(config, encoder, project, input_ids, embeds, inputs)
