@@ -27,12 +27,14 @@ def model():
 _EXPORTS: dict = {}
 
 
-def _exported(model, backend):
-    if backend not in _EXPORTS:
+def _exported(model, backend, sample=None):
+    """One export per model family and backend, shared by the file's tests. ``sample``: the inputs traced with
+    (default: Qwen2-Audio's, a padded clip among them, so the tower is traced with its mask)."""
+    key = (model.config.model_type, backend)
+    if key not in _EXPORTS:
         exporter, config = exporter_for(backend)
-        # a padded clip in the sample: the tower is traced with its mask
-        _EXPORTS[backend] = exporter.export_for_generation(model, qwen2_audio_inputs([20, 32]), config)
-    return _EXPORTS[backend]
+        _EXPORTS[key] = exporter.export_for_generation(model, sample or qwen2_audio_inputs([20, 32]), config)
+    return _EXPORTS[key]
 
 
 @pytest.mark.parametrize("backend", ["dynamo", pytest.param("onnx", marks=pytest.mark.sweep)])
@@ -63,12 +65,8 @@ def voxtral_model():
 
 
 def _voxtral_exported(model, backend):
-    key = ("voxtral", backend)
-    if key not in _EXPORTS:
-        exporter, config = exporter_for(backend)
-        # two rows of one clip each: the tower's clip dimension and the text batch are traced dynamic
-        _EXPORTS[key] = exporter.export_for_generation(model, voxtral_inputs([1, 1]), config)
-    return _EXPORTS[key]
+    # two rows of one clip each: the tower's clip dimension and the text batch are traced dynamic
+    return _exported(model, backend, voxtral_inputs([1, 1]))
 
 
 @pytest.mark.parametrize("backend", ["dynamo", pytest.param("onnx", marks=pytest.mark.sweep)])
