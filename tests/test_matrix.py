@@ -100,6 +100,25 @@ def test_a_model_built_on_the_second_try_runs_eagerly_and_a_width_rule_reaches_x
     assert xlm.config.emb_dim == 64 and sum(p.numel() for p in xlm.parameters()) < 1_000_000
 
 
+def test_the_second_try_caps_size_fields_by_name_and_fills_sizes_the_defaults_leave_unset():
+    import torch
+
+    plain, fit = tiny_config("florence2").vision_config, tiny_config("florence2", fit=True).vision_config
+    assert plain.embed_dim == [128, 256, 512, 1024] and fit.embed_dim == [64, 64, 64, 64]
+    dac = tiny_config("dac", fit=True)  # a codec's decoder width (1536) and conv groups (Mimi: 512) are capped
+    assert dac.decoder_hidden_size == 64 and tiny_config("mimi", fit=True).upsample_groups == 64
+    align = build_model("align", "AlignModel")  # EfficientNet-B7's width/depth multipliers: 62M parameters at 1.0
+    assert align.config.vision_config.width_coefficient == 1.0
+    assert sum(p.numel() for p in align.parameters()) < 10_000_000
+    with torch.no_grad():
+        align(**sample_inputs(align, "align"))
+    assert tiny_config("ministral").head_dim is None  # None by default: a checkpoint fills it in
+    ministral = build_model("ministral", "MinistralForCausalLM")
+    assert ministral.config.head_dim == 16
+    with torch.no_grad():
+        assert ministral(**sample_inputs(ministral, "ministral")).logits.shape == (2, 6, 256)
+
+
 def test_a_shrunk_model_builds_small_deterministic_and_runs_on_its_sample_inputs():
     import torch
 

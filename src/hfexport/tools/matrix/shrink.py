@@ -11,8 +11,11 @@ head per head; a multimodal rope's sections sum to half the rotary dims.
 
 When the config or model built by these rules fails, :func:`build_model` tries once more with a few extra rules
 (``fit``): a backbone keeps as many layers as its ``out_indices`` read, per-stage head lists become 4 each,
-``per_layer_config`` loses the entries of removed layers; a sub-model without SDPA gets eager attention. They are
-not applied on the first try so that every config that builds with the plain rules stays as it was.
+``per_layer_config`` loses the entries of removed layers; size fields the plain rules do not name are capped by
+their name's kind (widths, channel lists and conv groups at 64, feed-forward sizes at 128, vocabularies at 256,
+width/depth multipliers at 1); sizes left ``None`` by the defaults (``head_dim``, expert counts...) get their tiny
+value; a sub-model without SDPA gets eager attention. They are not applied on the first try so that every config
+that builds with the plain rules stays as it was.
 
 :data:`OVERRIDES` holds what the rules cannot guess for a family; :data:`FROM_TINY_CASES` names the families whose
 hand-written tiny model (``hfexport.testing.tiny``) is used instead, because their sample inputs must agree with the
@@ -26,6 +29,7 @@ Example:
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 __all__ = ["OVERRIDES", "FROM_TINY_CASES", "tiny_config", "build_model"]
@@ -74,10 +78,27 @@ _LAYER_TYPE_KEYS = ("layer_types", "layers_block_type", "block_types")
 _ATTENTION_KINDS = ("full_attention", "sliding_attention", "chunked_attention", "indexed_attention",
                     "window_attention", "attention", "hybrid", "hybrid_sliding")
 # text models whose modeling code falls back to a full-size mrope_section when the config has none
-_DEFAULT_MROPE = ("glm4v_text", "glm4v_moe_text", "glm_image_text", "glm_ocr_text", "paddleocr_vl_text")
+_DEFAULT_MROPE = ("glm4v_text", "glm4v_moe_text", "glm_image_text", "glm_ocr_text", "paddleocr_vl_text",
+                  "hunyuan_vl_text")  # (HunYuan-VL's has none at all: len(None))
 _LOW_TOKENS = ("pad_token_id", "bos_token_id", "eos_token_id", "decoder_start_token_id", "sep_token_id",
                "cls_token_id", "unk_token_id", "mask_token_id")
 _TOKEN_LISTS = ("suppress_tokens", "begin_suppress_tokens", "forced_decoder_ids")
+
+# second-try (``fit``) size rules, by the name of the field: any width-like size above HIDDEN (any FFN-like size above
+# FFN) is capped there. A cap, not a scale, so that sizes that must agree (a neck's channel list and the backbone's
+# stage widths, a condition size and the backbone's hidden size, all larger than HIDDEN) still agree.
+_WIDTH_NAME = re.compile(r"(hidden_size|hidden_dim|embed_dim|embedding_dim|embedding_size|channels|channel_list|"
+                         r"condition_dim|proj_size|projection_size|output_dim|quantization_dim|codebook_dim|conv_dim|"
+                         r"tdnn_dim|d_model|feature_dim|model_dim|latent_dim|_groups$)")  # (conv groups: <= width)
+_FFN_NAME = re.compile(r"(intermediate_size|intermediate_dim|ffn_dim|ffn_hidden_size|ffn_size|mlp_dim|mlp_hidden_size|"
+                       r"feed_forward_hidden_size|feed_forward_size|inner_dim)")
+_MULTIPLIERS = ("width_coefficient", "depth_coefficient", "width_multiplier", "depth_multiplier")
+
+# second try: size fields whose default is None (the checkpoint's config fills them in), given their tiny value
+_UNSET = {**{k: v for k, v in _SET.items() if k in ("head_dim", "num_key_value_heads", "intermediate_size",
+                                                     "moe_intermediate_size")},
+          "vocab_size": VOCAB, "prediction_length": 4, "n_routed_experts": 4,
+          "num_experts_per_tok": 2, "n_shared_experts": 1}
 
 _QSA_INDEXER = {"indexer_n_heads": 2, "indexer_kv_heads": 1, "indexer_head_dim": HEAD_DIM, "indexer_budget": 8,
                 "indexer_compress_ratio": 4}
@@ -89,6 +110,7 @@ OVERRIDES: dict[str, dict[str, Any]] = {
     "whisper": {"init_std": 0.2, "tie_word_embeddings": False, "decoder_start_token_id": 3, "pad_token_id": 0,
                 "bos_token_id": 1, "eos_token_id": 2},  # Whisper's own ids are one id for all three
     "gemma3": {"mm_tokens_per_image": 4},  # 16 patches of 32-pixel images pooled 2 x 2
+    "esm": {"pad_token_id": 1},  # its padding mask compares ids with it (None by default)
     "t5": {"relative_attention_num_buckets": 8, "relative_attention_max_distance": 32},
     "codegen": {"rotary_dim": HEAD_DIM // 2},  # rotates 64 dims by default: more than a head has
     "gptj": {"rotary_dim": HEAD_DIM // 2},
@@ -158,6 +180,8 @@ def _shrunk(values: dict[str, Any], layers_before: int | None, fit: bool = False
     out: dict[str, Any] = {}
     layers, hybrid = _hybrid_layers(values, _layers(values, layers_before, fit))
     for key, value in values.items():
+        if fit and value is None and key in _UNSET:  # a size the defaults leave for a checkpoint to fill in
+            out[key] = _UNSET[key]
         if isinstance(value, bool) or value is None:
             continue
         if key in _LAYER_KEYS and isinstance(value, int):
@@ -177,6 +201,8 @@ def _shrunk(values: dict[str, Any], layers_before: int | None, fit: bool = False
                 out[key] = [min(v, _CAP[key]) for v in value]
         elif isinstance(value, list) and layers_before and len(value) == layers_before and layers_before > layers:
             out[key] = value[:layers]
+        elif fit and (sized := _size_rule(key, value)) is not None:
+            out[key] = sized
     out.update(hybrid)
     rope_dim = values.get("qk_rope_head_dim")
     if isinstance(rope_dim, int) and values.get("head_dim") == rope_dim:  # multi-head latent attention's rotary dim
@@ -194,6 +220,21 @@ def _shrunk(values: dict[str, Any], layers_before: int | None, fit: bool = False
     vocab = min(values.get("vocab_size") or VOCAB, VOCAB) if isinstance(values.get("vocab_size"), int) else VOCAB
     out.update(_token_ids(values, vocab))
     return out
+
+
+def _size_rule(key: str, value: Any) -> Any:
+    """The second try's value for a size field the plain rules do not name (``None``: keep it): widths capped at
+    :data:`HIDDEN`, feed-forward sizes at :data:`FFN`, vocabularies at :data:`VOCAB`, width/depth multipliers at 1."""
+    if key in _MULTIPLIERS and isinstance(value, float) and value > 1:
+        return 1.0
+    cap = FFN if _FFN_NAME.search(key) else HIDDEN if _WIDTH_NAME.search(key) else VOCAB if "vocab" in key else None
+    if cap is None:
+        return None
+    if isinstance(value, int) and value > cap:
+        return cap
+    if isinstance(value, list) and value and all(isinstance(v, int) and not isinstance(v, bool) for v in value):
+        return [min(v, cap) for v in value] if max(value) > cap else None
+    return None
 
 
 def _hybrid_layers(values: dict[str, Any], layers: int) -> tuple[int, dict[str, Any]]:
