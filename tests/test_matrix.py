@@ -119,6 +119,25 @@ def test_the_second_try_caps_size_fields_by_name_and_fills_sizes_the_defaults_le
         assert ministral(**sample_inputs(ministral, "ministral")).logits.shape == (2, 6, 256)
 
 
+def test_a_model_that_builds_but_fails_eagerly_is_retried_with_the_second_try_rules():
+    import torch
+
+    from hfexport.tools.matrix.worker import _eager
+
+    def run(m):
+        with torch.no_grad():
+            return m(**sample_inputs(m, "sam3_lite_text"))
+
+    plain = build_model("sam3_lite_text", "Sam3LiteTextModel")  # builds, but a 256-wide size field disagrees
+    with pytest.raises(RuntimeError, match="normalized_shape"):
+        run(plain)
+    model, _ = _eager(plain, "sam3_lite_text", "Sam3LiteTextModel", run)
+    assert model is not plain
+    assert build_model("llama", "LlamaForCausalLM", fit=True) is None  # same config: nothing to retry
+    detector = tiny_config("rt_detr", fit=True)  # top-k of 300 queries over the 21 tokens of a 32-pixel image
+    assert detector.num_queries == 8 and detector.backbone_config.hidden_sizes == [64, 64, 64, 64]
+
+
 def test_a_shrunk_model_builds_small_deterministic_and_runs_on_its_sample_inputs():
     import torch
 

@@ -13,9 +13,10 @@ When the config or model built by these rules fails, :func:`build_model` tries o
 (``fit``): a backbone keeps as many layers as its ``out_indices`` read, per-stage head lists become 4 each,
 ``per_layer_config`` loses the entries of removed layers; size fields the plain rules do not name are capped by
 their name's kind (widths, channel lists and conv groups at 64, feed-forward sizes at 128, vocabularies at 256,
-width/depth multipliers at 1); sizes left ``None`` by the defaults (``head_dim``, expert counts...) get their tiny
-value; a sub-model without SDPA gets eager attention. They are not applied on the first try so that every config
-that builds with the plain rules stays as it was.
+width/depth multipliers at 1, a detector's queries at 8); sizes left ``None`` by the defaults (``head_dim``, expert
+counts...) get their tiny value; a sub-model without SDPA gets eager attention. They are not applied on the first
+try so that every config that builds with the plain rules stays as it was. The worker also retries, with these
+rules, a model that builds but does not run eagerly on its sample inputs (``build_model(..., fit=True)``).
 
 :data:`OVERRIDES` holds what the rules cannot guess for a family; :data:`FROM_TINY_CASES` names the families whose
 hand-written tiny model (``hfexport.testing.tiny``) is used instead, because their sample inputs must agree with the
@@ -227,6 +228,8 @@ def _size_rule(key: str, value: Any) -> Any:
     :data:`HIDDEN`, feed-forward sizes at :data:`FFN`, vocabularies at :data:`VOCAB`, width/depth multipliers at 1."""
     if key in _MULTIPLIERS and isinstance(value, float) and value > 1:
         return 1.0
+    if key == "num_queries" and isinstance(value, int) and value > 8:  # a detector's top-k over 21 tokens of 32 px
+        return 8
     cap = FFN if _FFN_NAME.search(key) else HIDDEN if _WIDTH_NAME.search(key) else VOCAB if "vocab" in key else None
     if cap is None:
         return None
@@ -298,19 +301,24 @@ def tiny_config(model_type: str, fit: bool = False) -> Any:
 _CAUSAL_SUFFIXES = ("ForCausalLM", "Decoder", "LMHeadModel")
 
 
-def build_model(model_type: str, class_name: str) -> Any:
+def build_model(model_type: str, class_name: str, fit: bool | None = None) -> Any:
     """A seeded, eval-mode, fp32 tiny instance of ``class_name`` with a greedy generation config.
 
     When the plain rules give a config or model that does not build, a second try adds the ``fit`` rules of
-    :func:`tiny_config`; if that fails too, its error is raised with the first one as its cause.
+    :func:`tiny_config`; if that fails too, its error is raised with the first one as its cause. ``fit=True``: the
+    second try's rules only (the worker's retry of a model that builds but does not run eagerly); ``None`` when
+    they give the same config as the plain rules (nothing to retry) or the family has a hand-written case.
     """
     if model_type in FROM_TINY_CASES:
         from ...testing.tiny import tiny_model
 
-        return tiny_model(FROM_TINY_CASES[model_type])
+        return None if fit else tiny_model(FROM_TINY_CASES[model_type])
     import transformers
 
     cls = getattr(transformers, class_name)  # an AttributeError here is no matter of rules: no second try
+    if fit:
+        config = tiny_config(model_type, fit=True)
+        return None if config.to_dict() == tiny_config(model_type).to_dict() else _build(cls, config)
     try:
         return _build(cls, tiny_config(model_type))
     except Exception as first:  # noqa: BLE001 - any failure of the plain rules gets the second try
