@@ -9,8 +9,12 @@ of the best and of the median round, and whether both trees produced the same to
 sampling (seeded) instead of greedy decode. Each child times ``--repeats`` generations after its warm-up and keeps
 the best (a round's figure is the machine's best in that round, not one sample of its noise). ``--model tiny`` runs a
 tiny random Llama (2 layers, hidden 64, SmolLM2's vocabulary) instead: its step is almost all the loop's and the
-runner's own Python, so it prints the per-step overhead (µs per new token) of each tree. The machine's load average
-is printed at the start and the end.
+runner's own Python, so it prints the per-step overhead (µs per new token) of each tree. ``--same-export`` exports
+once with the after tree and has both trees decode that one export: what is left is the generation loop and the
+runner, not a graph change made between the two trees (a later accuracy fix that adds an op, say). Each row also
+prints the median of the paired ratios (round i's after over round i's before, taken back to back), which is less
+moved by the machine drifting during the run than a ratio of two separate medians. The machine's load average is
+printed at the start and the end.
 """
 
 from __future__ import annotations
@@ -108,11 +112,12 @@ def _summarize(name: str, row: dict, trees: dict, per_step: bool) -> None:
     median = {tree: statistics.median(row[tree]["tok_s"]) for tree in trees}
     row["ratio"] = best["after"] / best["before"]
     row["median_ratio"] = median["after"] / median["before"]
+    row["paired_median_ratio"] = statistics.median(a / b for a, b in zip(row["after"]["tok_s"], row["before"]["tok_s"]))
     row["same_tokens"] = row["before"]["tokens"] == row["after"]["tokens"]
     print(f"[ab] {name}: before {best['before']:.1f} tok/s "
           f"({', '.join(f'{v:.1f}' for v in row['before']['tok_s'])}), after {best['after']:.1f} tok/s "
           f"({', '.join(f'{v:.1f}' for v in row['after']['tok_s'])}), after/before {row['ratio']:.3f} (best), "
-          f"{row['median_ratio']:.3f} (median), same tokens: {row['same_tokens']}", flush=True)
+          f"{row['median_ratio']:.3f} (median), {row['paired_median_ratio']:.3f} (paired median), same tokens: {row['same_tokens']}", flush=True)
     if per_step:
         print(f"[ab] {name}: per step (best round) before {1e6 / best['before']:.0f} us, after "
               f"{1e6 / best['after']:.0f} us", flush=True)
@@ -129,6 +134,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=3, help="timed generations per child (the best is kept)")
     parser.add_argument("--top-k", type=int, default=None,
                         help="time top-k sampling (do_sample=True, top_k=K, torch seed 0) too, over the same exports")
+    parser.add_argument("--same-export", action="store_true",
+                        help="export once with the after tree; both trees decode that export")
     args = parser.parse_args(argv)
     modes = {"greedy": json.dumps({"do_sample": False})}
     if args.top_k:
@@ -143,17 +150,22 @@ def main(argv: list[str] | None = None) -> int:
         results: dict[str, dict] = {}
         try:
             for backend in args.backends:
-                exports = {}
+                exports, folders = {}, {}
                 for tree, src in trees.items():
-                    out = work / f"{backend}-{tree}"
-                    exports[tree] = _child(src, "export", backend, str(out), "0", "{}", args.model, "1")["export_s"]
+                    folders[tree] = work / f"{backend}-{'after' if args.same_export else tree}"
+                    if args.same_export and tree == "before":
+                        continue
+                    exports[tree] = _child(src, "export", backend, str(folders[tree]), "0", "{}", args.model,
+                                           "1")["export_s"]
                     print(f"[ab] {backend} {tree}: exported in {exports[tree]:.1f}s", flush=True)
+                if args.same_export:
+                    exports["before"] = exports["after"]
                 rows = {mode: {tree: {"export_s": exports[tree], "tok_s": [], "tokens": None} for tree in trees}
                         for mode in modes}
                 for _ in range(args.rounds):
                     for mode, extra in modes.items():
                         for tree, src in trees.items():
-                            record = _child(src, "decode", backend, str(work / f"{backend}-{tree}"),
+                            record = _child(src, "decode", backend, str(folders[tree]),
                                             str(args.new_tokens), extra, args.model, str(args.repeats))
                             rows[mode][tree]["tok_s"].append(record["tok_s"])
                             rows[mode][tree]["tokens"] = record["tokens"]
@@ -168,6 +180,7 @@ def main(argv: list[str] | None = None) -> int:
             for tree in ("before", "after"):
                 row[tree].pop("tokens", None)
         args.json.write_text(json.dumps({"before": args.before, "model": args.model, "repeats": args.repeats,
+                                         "same_export": args.same_export,
                                          "time": time.strftime("%Y-%m-%d %H:%M UTC",
                                          time.gmtime()), "results": results}, indent=2) + "\n")
     return 0 if all(r["same_tokens"] for r in results.values()) else 1
