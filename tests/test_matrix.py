@@ -138,6 +138,23 @@ def test_a_model_that_builds_but_fails_eagerly_is_retried_with_the_second_try_ru
     assert detector.num_queries == 8 and detector.backbone_config.hidden_sizes == [64, 64, 64, 64]
 
 
+@pytest.mark.parametrize("model_type,class_name,shapes", [
+    # a Qwen-VL vision tower: flattened patches of two 4 x 4-patch images (merge 2) and their grid rows
+    ("qwen2_5_vl_vision", "Qwen2_5_VisionTransformerPretrainedModel", {"hidden_states": (32, 384), "grid_thw": (2, 3)}),
+    ("videomae", "VideoMAEModel", {"pixel_values": (2, 16, 3, 32, 32)}),  # a video: [B, frames, C, H, W]
+    ("mimi_encoder", "MimiEncoderModel", {"input_values": (2, 1, 1600)}),  # mono audio [B, 1, samples]
+    ("glmasr_encoder", "GlmAsrEncoder", {"input_features": (2, 8, 32)}),  # [B, mel, frames], not [B, frames, mel]
+])
+def test_inputs_whose_layout_the_config_does_not_say_are_found_by_running_the_model(model_type, class_name, shapes):
+    import torch
+
+    model = build_model(model_type, class_name)
+    inputs = sample_inputs(model, model_type)
+    assert {k: tuple(v.shape) for k, v in inputs.items()} == shapes
+    with torch.no_grad():
+        model(**inputs)
+
+
 def test_a_shrunk_model_builds_small_deterministic_and_runs_on_its_sample_inputs():
     import torch
 

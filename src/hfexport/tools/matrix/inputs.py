@@ -6,7 +6,9 @@ the decoder itself). Images: ``pixel_values`` ``[2, channels, size, size]`` at t
 ``input_features`` ``[2, mel_bins, 2 * max_source_positions]`` (Whisper layout) or ``[2, frames, features]``, and
 raw ``input_values`` ``[2, 1600]``. Image-text-to-text models get one image per row with as many image tokens as their
 vision tower makes features, where pixels and an image-token id are all they need (else text only); families
-with a hand-written tiny case (:data:`hfexport.tools.matrix.shrink.FROM_TINY_CASES`) use its inputs.
+with a hand-written tiny case (:data:`hfexport.tools.matrix.shrink.FROM_TINY_CASES`) use its inputs. Vision towers
+that take patches and a ``grid_thw``, videos, mono audio and transposed features: :mod:`.media` tries the other
+layouts of a tensor until the model runs on one; a required media input of a text-first class is added.
 """
 
 from __future__ import annotations
@@ -16,6 +18,8 @@ from typing import Any
 
 import torch
 
+from .media import GRID_KEYS, audio_layouts, feature_layouts, feature_masks, first_that_runs, grid_candidates, \
+    image_layouts, variants
 from .shrink import FROM_TINY_CASES
 
 __all__ = ["NoInputRecipe", "sample_inputs"]
@@ -68,10 +72,14 @@ def _decoder_ids(model: Any, gen: torch.Generator, batch: int, seq: int) -> torc
 
 
 def _pixels(model: Any, gen: torch.Generator, batch: int) -> torch.Tensor:
-    size = _find(model.config, "image_size", "input_size") or 32
+    size = _find(model.config, "image_size", "input_size", "crop_size") or 32
     h, w = (size, size) if isinstance(size, int) else tuple(size)[-2:]
     channels = _find(model.config, "num_channels", "in_channels") or 3
     return torch.randn(batch, channels, h, w, generator=gen)
+
+
+def _audio(gen: torch.Generator, batch: int) -> torch.Tensor:
+    return torch.randn(batch, 1600, generator=gen)
 
 
 def _features(model: Any, gen: torch.Generator, batch: int) -> torch.Tensor:
@@ -80,7 +88,8 @@ def _features(model: Any, gen: torch.Generator, batch: int) -> torch.Tensor:
     positions = _find(config, "max_source_positions")
     if mel and positions:
         return torch.randn(batch, mel, 2 * positions, generator=gen)
-    feat = _find(config, "feature_size", "input_feat_per_channel", "num_mel_bins", "input_dim")
+    feat = _find(config, "feature_size", "input_feat_per_channel", "num_mel_bins", "input_dim",
+                 "feature_projection_input_dim")
     if not feat:
         raise NoInputRecipe("input_features: the config names no feature size")
     return torch.randn(batch, 32, feat, generator=gen)
@@ -141,23 +150,35 @@ def sample_inputs(model: Any, model_type: str, batch: int = 2, seq: int = 6,
         return {k: v for k, v in inputs.items() if not (for_generation and k.startswith("decoder"))}
     gen = torch.Generator().manual_seed(1_000 * batch + seq)
     params = inspect.signature(model.forward).parameters
+    required = [n for n, p in params.items() if p.default is inspect.Parameter.empty
+                and p.kind not in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)]
+    if any(k in required for k in GRID_KEYS):  # a Qwen-VL-like vision tower: patches and their grid
+        config = getattr(model.config, "vision_config", None) or model.config
+        return first_that_runs(model, grid_candidates(config, gen, batch, params))
     main = getattr(model, "main_input_name", "input_ids")
     if main == "input_ids":
         out: dict[str, torch.Tensor] = _text(model, gen, batch, seq, params)
-    elif main == "pixel_values":
-        out = {"pixel_values": _pixels(model, gen, batch)}
+    elif main in ("pixel_values", "pixel_values_videos"):
+        out = {main: _pixels(model, gen, batch)}
     elif main == "input_features":
         out = {"input_features": _features(model, gen, batch)}
     elif main == "input_values":
-        out = {"input_values": torch.randn(batch, 1600, generator=gen)}
+        out = {"input_values": _audio(gen, batch)}
     else:
         raise NoInputRecipe(f"no sample-input recipe for the main input {main!r}")
     if main == "input_ids" and "pixel_values" in params and model.can_generate():  # image-text-to-text
         out.update(_with_image(model, gen, batch, out))
     elif main == "input_ids" and "pixel_values" in params and not model.can_generate():  # CLIP-like dual encoders
         out["pixel_values"] = _pixels(model, gen, batch)
-    elif main == "pixel_values" and "input_ids" in params and not model.can_generate():
+    elif main in ("pixel_values", "pixel_values_videos") and "input_ids" in params and not model.can_generate():
         out.update(_text(model, gen, batch, seq, params))
-    if getattr(model.config, "is_encoder_decoder", False) and not for_generation and "decoder_input_ids" in params:
+    for name in required:  # media a text-first class also requires (PE Audio: input_ids and input_values)
+        if name not in out and name in ("pixel_values", "input_values"):
+            out[name] = _pixels(model, gen, batch) if name == "pixel_values" else _audio(gen, batch)
+    if getattr(model.config, "is_encoder_decoder", False) and "decoder_input_ids" in params:
         out["decoder_input_ids"] = _decoder_ids(model, gen, batch, seq)
-    return out
+    frames = _find(model.config, "num_frames", "frames_per_clip") or 2
+    layouts = {"pixel_values": image_layouts(frames), "pixel_values_videos": image_layouts(frames),
+               "input_values": audio_layouts, "input_features": feature_layouts}
+    out = first_that_runs(model, variants(out, layouts, feature_masks(required, _find(model.config, "num_mel_bins"))))
+    return {k: v for k, v in out.items() if not (for_generation and k == "decoder_input_ids")}

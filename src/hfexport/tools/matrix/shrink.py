@@ -63,6 +63,8 @@ _CAP = {
     "max_source_positions": 16,
     "num_mel_bins": 8,
     "image_size": 32,
+    "crop_size": 32,
+    "frames_per_clip": 4,
     "patch_size": 8,
     "kv_lora_rank": 32,
     "q_lora_rank": 32,

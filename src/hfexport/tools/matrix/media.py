@@ -1,0 +1,131 @@
+"""Image, video and audio sample inputs whose layout the config does not say: other layouts of the same tensor,
+tried in order until the tiny model runs on one eagerly (it is a few milliseconds each).
+
+- vision towers of Qwen-VL-like models (a required ``grid_thw``): flattened patches ``[patches, C * T * P * P]``
+  (or ``[patches, C, P, P]``, ``[patches, C, T, P, P]``) of two images of ``2 * merge`` patches a side, with their
+  ``grid_thw`` rows ``[1, side, side]``;
+- ``pixel_values`` ``[B, C, H, W]``, then as a video ``[B, frames, C, H, W]`` / ``[B, C, frames, H, W]`` (frames from
+  the config's ``num_frames``), then one image per row ``[B, 1, C, H, W]``;
+- ``input_values`` ``[B, samples]``, then mono ``[B, 1, samples]``, at 1600 then 1920 samples (a multiple of 96 and
+  of 320-sample hops);
+- ``input_features`` ``[B, mel, frames]`` and ``[B, frames, mel]``; a required ``*_mask`` of the features gets ones
+  over the frames.
+
+Example:
+    >>> [tuple(t.shape) for t in audio_layouts(torch.zeros(2, 1600))][:2]
+    [(2, 1600), (2, 1, 1600)]
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import torch
+
+__all__ = ["GRID_KEYS", "first_that_runs", "variants", "grid_candidates", "image_layouts", "audio_layouts",
+           "feature_layouts", "feature_masks"]
+
+GRID_KEYS = ("grid_thw", "image_grid_thw")
+
+
+def first_that_runs(model: Any, candidates: Iterator[dict[str, Any]]) -> dict[str, Any]:
+    """The first candidate the model runs on eagerly, else the first one (whose error the caller then reports)."""
+    first = None
+    for candidate in candidates:
+        first = candidate if first is None else first
+        try:
+            with torch.no_grad():
+                model(**candidate)
+        except Exception:  # noqa: BLE001 - any failure: try the next layout
+            continue
+        return candidate
+    return first or {}
+
+
+def variants(base: dict[str, Any], layouts: dict[str, Callable[[torch.Tensor], Iterator[torch.Tensor]]],
+             masks: Callable[[dict[str, Any]], Iterator[dict[str, Any]]] | None = None) -> Iterator[dict[str, Any]]:
+    """``base``, then ``base`` with one tensor in each of its other layouts (``layouts[key](tensor)``, the first
+    being the tensor as it is); ``masks`` adds the required masks a candidate needs, in each way it may need them."""
+    def with_masks(candidate: dict[str, Any]) -> Iterator[dict[str, Any]]:
+        yield from (masks(candidate) if masks else [candidate])
+
+    yield from with_masks(base)
+    for key, layouts_of in layouts.items():
+        if isinstance(base.get(key), torch.Tensor):
+            for i, tensor in enumerate(layouts_of(base[key])):
+                if i:
+                    yield from with_masks({**base, key: tensor})
+
+
+def _int(value: Any, default: int) -> int:
+    if isinstance(value, (list, tuple)) and value:
+        value = value[0]
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else default
+
+
+def grid_candidates(config: Any, gen: torch.Generator, batch: int, params: Any) -> Iterator[dict[str, Any]]:
+    """Flattened patches and ``grid_thw`` of ``batch`` images, for a vision tower that takes them instead of
+    pixels."""
+    get = lambda *names: next((getattr(config, n) for n in names if getattr(config, n, None) is not None), None)  # noqa: E731
+    patch = _int(get("patch_size"), 8)
+    channels = _int(get("in_channels", "num_channels"), 3)
+    merge = _int(get("spatial_merge_size", "merge_size", "merge_kernel_size"), 1)
+    temporal = _int(get("temporal_patch_size", "patch_temporal"), 1)
+    side = 2 * merge
+    n = batch * side * side
+    name = "hidden_states" if "hidden_states" in params else "pixel_values"
+    grid_key = next(k for k in GRID_KEYS if k in params)
+    grid = torch.tensor([[1, side, side]] * batch)
+    extra = {"merge_sizes": torch.tensor([merge] * batch)} if "merge_sizes" in params else {}
+    for t in dict.fromkeys((temporal, 1, 2)):
+        flat = torch.randn(n, channels * t * patch * patch, generator=gen)
+        for pixels in (flat, flat.view(n, channels, t, patch, patch) if t > 1 else flat.view(n, channels, patch, patch)):
+            yield {name: pixels, grid_key: grid, **extra}
+
+
+def image_layouts(frames: int) -> Callable[[torch.Tensor], Iterator[torch.Tensor]]:
+    """``[B, C, H, W]`` as it is, as ``frames`` frames (both axis orders), as one image per row."""
+    def layouts(pixels: torch.Tensor) -> Iterator[torch.Tensor]:
+        yield pixels
+        if pixels.dim() == 4:
+            video = pixels.unsqueeze(1).expand(-1, frames, -1, -1, -1).contiguous()
+            yield video
+            yield video.transpose(1, 2).contiguous()
+            yield pixels.unsqueeze(1)
+    return layouts
+
+
+def audio_layouts(values: torch.Tensor) -> Iterator[torch.Tensor]:
+    """Raw audio ``[B, samples]`` as it is, mono ``[B, 1, samples]``, and both at 1920 samples."""
+    yield values
+    if values.dim() == 2:
+        yield values.unsqueeze(1)
+        longer = torch.cat([values, values[:, : 1920 - values.shape[1]]], dim=1) if values.shape[1] < 1920 else values
+        yield longer
+        yield longer.unsqueeze(1)
+
+
+def feature_layouts(features: torch.Tensor) -> Iterator[torch.Tensor]:
+    """Features ``[B, a, b]`` as they are and transposed."""
+    yield features
+    if features.dim() == 3:
+        yield features.transpose(1, 2).contiguous()
+
+
+def feature_masks(required: list[str], mel: int | None = None) -> Callable[[dict[str, Any]], Iterator[dict[str, Any]]]:
+    """Adds each required ``*_mask`` of ``input_features`` as ones over the frames: the axis that is not the
+    ``mel`` bins, else the last axis, then the middle one (the layout decides)."""
+    names = [n for n in required if n.endswith("_mask") and n.startswith("input_features")]
+
+    def masks(candidate: dict[str, Any]) -> Iterator[dict[str, Any]]:
+        features = candidate.get("input_features")
+        if not names or not isinstance(features, torch.Tensor) or features.dim() != 3:
+            yield candidate
+            return
+        axes = (features.shape[1], features.shape[-1]) if mel == features.shape[-1] else \
+            (features.shape[-1], features.shape[1])
+        for frames in dict.fromkeys(axes):
+            ones = torch.ones(features.shape[0], frames, dtype=torch.long)
+            yield {**candidate, **dict.fromkeys(names, ones)}
+    return masks
