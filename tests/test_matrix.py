@@ -74,6 +74,8 @@ def test_a_hybrid_stack_keeps_an_attention_layer_and_latent_attention_and_mrope_
     assert v3.head_dim == v3.qk_rope_head_dim == 8 and v3.num_key_value_heads == v3.num_attention_heads == 4
     glm = tiny_config("glm4v_moe").text_config  # half of 16 * 0.5 rotary dims
     assert sum(glm.rope_parameters["mrope_section"]) == 4
+    for text in ("qwen2_5_vl_text", "hunyuan_vl_text"):  # no section in the config: the code's full-size default
+        assert sum(tiny_config(text).rope_parameters["mrope_section"]) == 8
     model = build_model("deepseek_v3", "DeepseekV3ForCausalLM")  # eager generate failed on the shapes before
     prompt = sample_inputs(model, "deepseek_v3", batch=2, seq=5, for_generation=True)
     with torch.no_grad():

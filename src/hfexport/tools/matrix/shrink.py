@@ -82,7 +82,7 @@ _ATTENTION_KINDS = ("full_attention", "sliding_attention", "chunked_attention", 
                     "window_attention", "attention", "hybrid", "hybrid_sliding")
 # text models whose modeling code falls back to a full-size mrope_section when the config has none
 _DEFAULT_MROPE = ("glm4v_text", "glm4v_moe_text", "glm_image_text", "glm_ocr_text", "paddleocr_vl_text",
-                  "hunyuan_vl_text")  # (HunYuan-VL's has none at all: len(None))
+                  "hunyuan_vl_text", "qwen2_vl_text", "qwen2_5_vl_text")  # (HunYuan-VL's: none at all)
 _LOW_TOKENS = ("pad_token_id", "bos_token_id", "eos_token_id", "decoder_start_token_id", "sep_token_id",
                "cls_token_id", "unk_token_id", "mask_token_id")
 _TOKEN_LISTS = ("suppress_tokens", "begin_suppress_tokens", "forced_decoder_ids")
