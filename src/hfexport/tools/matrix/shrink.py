@@ -9,14 +9,16 @@ layer (``layer_types``...) are cut to the new layer count; a hybrid stack whose 
 or SSM keeps one attention layer. Latent attention (``kv_lora_rank``) keeps its rotary head dim and one key/value
 head per head; a multimodal rope's sections sum to half the rotary dims.
 
-When the config or model built by these rules fails, :func:`build_model` tries once more with a few extra rules
-(``fit``): a backbone keeps as many layers as its ``out_indices`` read, per-stage head lists become 4 each,
-``per_layer_config`` loses the entries of removed layers; size fields the plain rules do not name are capped by
-their name's kind (widths, channel lists and conv groups at 64, feed-forward sizes at 128, vocabularies at 256,
-width/depth multipliers at 1, a detector's queries at 8); sizes left ``None`` by the defaults (``head_dim``, expert
-counts...) get their tiny value; a sub-model without SDPA gets eager attention. They are not applied on the first
-try so that every config that builds with the plain rules stays as it was. The worker also retries, with these
-rules, a model that builds but does not run eagerly on its sample inputs (``build_model(..., fit=True)``).
+Size fields are shrunk by one table, :data:`SIZE_RULES` (set, cap or fill a field, by its exact name or by the
+kind its name says; the first rule that reaches a field decides). When the config or model built by the plain rules
+fails, :func:`build_model` tries once more with the rules marked ``fit`` as well: size fields the exact names miss are
+capped by their name's kind (widths, channel lists and conv groups at 64, feed-forward sizes at 128, vocabularies at
+256, width/depth multipliers at 1, a detector's queries at 8); sizes left ``None`` by the defaults (``head_dim``,
+expert counts...) get their tiny value; and, beside the table, a backbone keeps as many layers as its ``out_indices``
+read, per-stage head lists become 4 each, ``per_layer_config`` loses the entries of removed layers, a sub-model
+without SDPA gets eager attention. They are not applied on the first try so that every config that builds with the
+plain rules stays as it was. The worker also retries, with these rules, a model that builds but does not run eagerly
+on its sample inputs (``build_model(..., fit=True)``).
 
 :data:`OVERRIDES` holds what the rules cannot guess for a family; :data:`FROM_TINY_CASES` names the families whose
 hand-written tiny model (``hfexport.testing.tiny``) is used instead, because their sample inputs must agree with the
@@ -31,9 +33,10 @@ Example:
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["OVERRIDES", "FROM_TINY_CASES", "tiny_config", "build_model"]
+__all__ = ["OVERRIDES", "FROM_TINY_CASES", "SIZE_RULES", "SizeRule", "tiny_config", "build_model"]
 
 HIDDEN, FFN, LAYERS, HEADS, KV_HEADS, HEAD_DIM, VOCAB = 64, 128, 2, 4, 2, 16, 256
 MAX_PARAMETERS = 30_000_000
@@ -41,41 +44,91 @@ _LAYER_KEYS = ("num_hidden_layers", "num_layers", "n_layer", "n_layers", "num_de
                "decoder_layers", "num_encoder_layers", "depth")
 _HEAD_KEYS = ("num_attention_heads", "n_head", "n_heads", "num_heads", "encoder_attention_heads",
               "decoder_attention_heads")
-_SET = {
-    **dict.fromkeys(("hidden_size", "d_model", "n_embd", "embed_dim", "dim", "out_hidden_size", "projection_dim",
-                     "word_embed_proj_dim", "hidden_dim_text", "emb_dim", "d_latents"), HIDDEN),
-    **dict.fromkeys(_LAYER_KEYS, LAYERS),
-    **dict.fromkeys(_HEAD_KEYS, HEADS),
-    **dict.fromkeys(("num_key_value_heads", "num_kv_heads", "n_kv_heads", "multi_query_group_num"), KV_HEADS),
-    **dict.fromkeys(("intermediate_size", "ffn_dim", "d_ff", "n_inner", "encoder_ffn_dim", "decoder_ffn_dim",
-                     "hidden_dim"), FFN),
-    **dict.fromkeys(("moe_intermediate_size", "shared_expert_intermediate_size", "expert_intermediate_size"), 32),
-    **dict.fromkeys(("head_dim", "d_kv", "attention_head_dim"), HEAD_DIM),
-    **dict.fromkeys(("num_experts", "num_local_experts", "n_routed_experts", "moe_num_experts"), 4),
-    **dict.fromkeys(("num_experts_per_tok", "moe_k", "top_k_experts"), 2),
-}
-# upper bounds: values above are lowered to the bound, smaller ones kept
-_CAP = {
-    "vocab_size": VOCAB,
-    "max_position_embeddings": 256,
-    "n_positions": 256,
-    "max_target_positions": 64,
-    "max_source_positions": 16,
-    "num_mel_bins": 8,
-    "image_size": 32,
-    "crop_size": 32,
-    "frames_per_clip": 4,
-    "patch_size": 8,
-    "kv_lora_rank": 32,
-    "q_lora_rank": 32,
-    "qk_rope_head_dim": 8,
-    "qk_nope_head_dim": 8,
-    "v_head_dim": 16,
-    "state_size": 8,
-    "ssm_state_size": 8,
-    "entity_vocab_size": VOCAB,
-    "num_self_attends_per_block": LAYERS,
-}
+
+
+@dataclass(frozen=True)
+class SizeRule:
+    """One shrinking rule: the size fields it reaches, by exact name or by a pattern of the name's kind, and what it
+    does to them. ``set``: an int becomes ``value``; ``cap``: a number (of ``value``'s type) or a list of ints above
+    ``value`` is lowered to it, smaller ones kept; ``fill``: a size the defaults leave ``None`` for a checkpoint to
+    fill in gets ``value``. ``fit``: a rule of the second try only (:func:`build_model`)."""
+
+    names: frozenset[str] | re.Pattern[str]
+    op: str
+    value: int | float
+    fit: bool = False
+
+    def reaches(self, key: str) -> bool:
+        return key in self.names if isinstance(self.names, frozenset) else bool(self.names.search(key))
+
+    def applies(self, value: Any) -> bool:
+        if self.op == "fill":
+            return value is None
+        if isinstance(value, bool):
+            return False
+        if self.op == "set" or not isinstance(value, list):
+            return isinstance(value, int if self.op == "set" else type(self.value))
+        return bool(value) and all(isinstance(v, int) and not isinstance(v, bool) for v in value)
+
+    def __call__(self, value: Any) -> Any:
+        """The new value (``value`` itself when the rule keeps it)."""
+        if self.op != "cap":
+            return self.value
+        if isinstance(value, list):
+            return [min(v, self.value) for v in value] if max(value) > self.value else value
+        return self.value if value > self.value else value
+
+
+def _named(op: str, value: int | float, names: str | tuple[str, ...], fit: bool = False) -> SizeRule:
+    return SizeRule(re.compile(names) if isinstance(names, str) else frozenset(names), op, value, fit)
+
+
+# the one table of size rules, first match decides (a field it reaches keeps its value where the rule says so): exact
+# names first, then (second try only) the sizes by the kind their name says, which the exact names miss. Those are
+# caps, not scales, so that sizes that must agree (a neck's channel list and the backbone's stage widths, a condition
+# size and the backbone's hidden size, all larger than HIDDEN) still agree.
+_HEAD_DIM_KEYS = ("head_dim", "d_kv", "attention_head_dim")
+SIZE_RULES: tuple[SizeRule, ...] = (
+    _named("set", HIDDEN, ("hidden_size", "d_model", "n_embd", "embed_dim", "dim", "out_hidden_size", "projection_dim",
+                           "word_embed_proj_dim", "hidden_dim_text", "emb_dim", "d_latents")),
+    _named("set", HEADS, _HEAD_KEYS),
+    _named("set", KV_HEADS, ("num_key_value_heads", "num_kv_heads", "n_kv_heads", "multi_query_group_num")),
+    _named("set", FFN, ("intermediate_size", "ffn_dim", "d_ff", "n_inner", "encoder_ffn_dim", "decoder_ffn_dim",
+                        "hidden_dim")),
+    _named("set", 32, ("moe_intermediate_size", "shared_expert_intermediate_size", "expert_intermediate_size")),
+    _named("set", HEAD_DIM, _HEAD_DIM_KEYS),
+    _named("set", 4, ("num_experts", "num_local_experts", "n_routed_experts", "moe_num_experts")),
+    _named("set", 2, ("num_experts_per_tok", "moe_k", "top_k_experts")),
+    _named("cap", VOCAB, ("vocab_size", "entity_vocab_size")),
+    _named("cap", 256, ("max_position_embeddings", "n_positions")),
+    _named("cap", 64, ("max_target_positions",)),
+    _named("cap", 16, ("max_source_positions", "v_head_dim")),
+    _named("cap", 8, ("num_mel_bins", "patch_size", "qk_rope_head_dim", "qk_nope_head_dim", "state_size",
+                      "ssm_state_size")),
+    _named("cap", 32, ("image_size", "crop_size", "kv_lora_rank", "q_lora_rank")),
+    _named("cap", 4, ("frames_per_clip",)),
+    _named("cap", LAYERS, ("num_self_attends_per_block",)),
+    # second try: sizes the defaults leave None
+    _named("fill", HEAD_DIM, ("head_dim",), fit=True),
+    _named("fill", KV_HEADS, ("num_key_value_heads",), fit=True),
+    _named("fill", FFN, ("intermediate_size",), fit=True),
+    _named("fill", 32, ("moe_intermediate_size",), fit=True),
+    _named("fill", VOCAB, ("vocab_size",), fit=True),
+    _named("fill", 4, ("prediction_length", "n_routed_experts"), fit=True),
+    _named("fill", 2, ("num_experts_per_tok",), fit=True),
+    _named("fill", 1, ("n_shared_experts",), fit=True),
+    # second try: sizes by their name's kind
+    _named("cap", 1.0, ("width_coefficient", "depth_coefficient", "width_multiplier", "depth_multiplier"), fit=True),
+    _named("cap", 8, ("num_queries",), fit=True),  # a detector's top-k over the 21 tokens of a 32-pixel image
+    _named("cap", FFN, r"(intermediate_size|intermediate_dim|ffn_dim|ffn_hidden_size|ffn_size|mlp_dim|"
+                       r"mlp_hidden_size|feed_forward_hidden_size|feed_forward_size|inner_dim)", fit=True),
+    _named("cap", HIDDEN, r"(hidden_size|hidden_dim|embed_dim|embedding_dim|embedding_size|channels|channel_list|"
+                          r"condition_dim|proj_size|projection_size|output_dim|quantization_dim|codebook_dim|"
+                          r"conv_dim|tdnn_dim|d_model|feature_dim|model_dim|latent_dim|_groups$)",  # groups <= width
+           fit=True),
+    _named("cap", VOCAB, "vocab", fit=True),
+)
+
 # per-layer kinds of a hybrid stack, and those of them that attend over a key/value cache
 _LAYER_TYPE_KEYS = ("layer_types", "layers_block_type", "block_types")
 _ATTENTION_KINDS = ("full_attention", "sliding_attention", "chunked_attention", "indexed_attention",
@@ -86,22 +139,6 @@ _DEFAULT_MROPE = ("glm4v_text", "glm4v_moe_text", "glm_image_text", "glm_ocr_tex
 _LOW_TOKENS = ("pad_token_id", "bos_token_id", "eos_token_id", "decoder_start_token_id", "sep_token_id",
                "cls_token_id", "unk_token_id", "mask_token_id")
 _TOKEN_LISTS = ("suppress_tokens", "begin_suppress_tokens", "forced_decoder_ids")
-
-# second-try (``fit``) size rules, by the name of the field: any width-like size above HIDDEN (any FFN-like size above
-# FFN) is capped there. A cap, not a scale, so that sizes that must agree (a neck's channel list and the backbone's
-# stage widths, a condition size and the backbone's hidden size, all larger than HIDDEN) still agree.
-_WIDTH_NAME = re.compile(r"(hidden_size|hidden_dim|embed_dim|embedding_dim|embedding_size|channels|channel_list|"
-                         r"condition_dim|proj_size|projection_size|output_dim|quantization_dim|codebook_dim|conv_dim|"
-                         r"tdnn_dim|d_model|feature_dim|model_dim|latent_dim|_groups$)")  # (conv groups: <= width)
-_FFN_NAME = re.compile(r"(intermediate_size|intermediate_dim|ffn_dim|ffn_hidden_size|ffn_size|mlp_dim|mlp_hidden_size|"
-                       r"feed_forward_hidden_size|feed_forward_size|inner_dim)")
-_MULTIPLIERS = ("width_coefficient", "depth_coefficient", "width_multiplier", "depth_multiplier")
-
-# second try: size fields whose default is None (the checkpoint's config fills them in), given their tiny value
-_UNSET = {**{k: v for k, v in _SET.items() if k in ("head_dim", "num_key_value_heads", "intermediate_size",
-                                                     "moe_intermediate_size")},
-          "vocab_size": VOCAB, "prediction_length": 4, "n_routed_experts": 4,
-          "num_experts_per_tok": 2, "n_shared_experts": 1}
 
 _QSA_INDEXER = {"indexer_n_heads": 2, "indexer_kv_heads": 1, "indexer_head_dim": HEAD_DIM, "indexer_budget": 8,
                 "indexer_compress_ratio": 4}
@@ -183,29 +220,19 @@ def _shrunk(values: dict[str, Any], layers_before: int | None, fit: bool = False
     out: dict[str, Any] = {}
     layers, hybrid = _hybrid_layers(values, _layers(values, layers_before, fit))
     for key, value in values.items():
-        if fit and value is None and key in _UNSET:  # a size the defaults leave for a checkpoint to fill in
-            out[key] = _UNSET[key]
-        if isinstance(value, bool) or value is None:
+        if isinstance(value, bool):
             continue
         if key in _LAYER_KEYS and isinstance(value, int):
             if value != layers:
                 out[key] = layers
-        elif key in _SET and isinstance(value, int):
-            if value != _SET[key]:
-                out[key] = _SET[key]
         elif fit and key in _HEAD_KEYS and isinstance(value, list) and value and all(isinstance(v, int) for v in value):
             out[key] = [HEADS] * len(value)  # heads per stage (Swin): each stage's width divides by HEADS
         elif fit and key == "per_layer_config" and isinstance(value, dict):  # entries of layers no longer there
             out[key] = {k: v for k, v in value.items() if str(k).isdigit() and int(k) < layers}
-        elif key in _CAP and isinstance(value, int) and value > _CAP[key]:
-            out[key] = _CAP[key]
-        elif key in _CAP and isinstance(value, list) and value and all(isinstance(v, int) for v in value):
-            if any(v > _CAP[key] for v in value):  # [height, width]
-                out[key] = [min(v, _CAP[key]) for v in value]
         elif isinstance(value, list) and layers_before and len(value) == layers_before and layers_before > layers:
             out[key] = value[:layers]
-        elif fit and (sized := _size_rule(key, value)) is not None:
-            out[key] = sized
+        elif (rule := _rule(key, value, fit)) is not None and (new := rule(value)) != value:
+            out[key] = new
     out.update(hybrid)
     rope_dim = values.get("qk_rope_head_dim")
     if isinstance(rope_dim, int) and values.get("head_dim") == rope_dim:  # multi-head latent attention's rotary dim
@@ -225,21 +252,9 @@ def _shrunk(values: dict[str, Any], layers_before: int | None, fit: bool = False
     return out
 
 
-def _size_rule(key: str, value: Any) -> Any:
-    """The second try's value for a size field the plain rules do not name (``None``: keep it): widths capped at
-    :data:`HIDDEN`, feed-forward sizes at :data:`FFN`, vocabularies at :data:`VOCAB`, width/depth multipliers at 1."""
-    if key in _MULTIPLIERS and isinstance(value, float) and value > 1:
-        return 1.0
-    if key == "num_queries" and isinstance(value, int) and value > 8:  # a detector's top-k over 21 tokens of 32 px
-        return 8
-    cap = FFN if _FFN_NAME.search(key) else HIDDEN if _WIDTH_NAME.search(key) else VOCAB if "vocab" in key else None
-    if cap is None:
-        return None
-    if isinstance(value, int) and value > cap:
-        return cap
-    if isinstance(value, list) and value and all(isinstance(v, int) and not isinstance(v, bool) for v in value):
-        return [min(v, cap) for v in value] if max(value) > cap else None
-    return None
+def _rule(key: str, value: Any, fit: bool) -> SizeRule | None:
+    """The rule of :data:`SIZE_RULES` that decides ``key``'s value (``fit``: the second try's rules too)."""
+    return next((r for r in SIZE_RULES if (fit or not r.fit) and r.reaches(key) and r.applies(value)), None)
 
 
 def _hybrid_layers(values: dict[str, Any], layers: int) -> tuple[int, dict[str, Any]]:
