@@ -303,3 +303,60 @@ def test_the_markdown_counts_reasons_of_one_kind_together_across_numbers_and_mod
     text = write_markdown(rows, tmp_path / "m.md").read_text()
     assert "- **cannot-build** (2 cases): 2 x `ValueError: the shrunk model still has NM parameters (> NM)`" in text
     assert "- **eager-fails** (2 cases): 2 x `TypeError: <Model>.forward() got 'x'`" in text
+
+
+@pytest.mark.parametrize("model_type,class_name,shapes", [
+    # the context plus the largest lag (4 + 7), and the decoder's prediction_length steps of future values
+    ("time_series_transformer", "TimeSeriesTransformerModel", {
+        "past_values": (2, 11), "past_observed_mask": (2, 11), "past_time_features": (2, 11, 0),
+        "future_values": (2, 4), "future_time_features": (2, 4, 0)}),
+    ("autoformer", "AutoformerModel", {  # its label window is capped to the 4-step context (10 by default)
+        "past_values": (2, 11), "past_observed_mask": (2, 11), "past_time_features": (2, 11, 0),
+        "future_values": (2, 4), "future_time_features": (2, 4, 0)}),
+    ("patchtst", "PatchTSTModel", {"past_values": (2, 32, 1), "past_observed_mask": (2, 32, 1)}),
+    ("timesfm", "TimesFmModel", {"past_values": (2, 512), "past_values_padding": (2, 512), "freq": (2, 1)}),
+])
+def test_time_series_models_get_past_values_and_their_companions_shaped_from_the_config(model_type, class_name,
+                                                                                       shapes):
+    """These had no sample-input recipe ('past_values') before."""
+    import torch
+
+    model = build_model(model_type, class_name)
+    inputs = sample_inputs(model, model_type)
+    assert {k: tuple(v.shape) for k, v in inputs.items()} == shapes
+    with torch.no_grad():
+        model(**inputs)
+
+
+def test_layout_models_get_one_ordered_box_per_token():
+    """BROS and UDOP refused to run without boxes ("You have to specify bbox"); UDOP takes them normalised."""
+    import torch
+
+    for model_type, class_name, dtype in [("bros", "BrosModel", torch.long),
+                                          ("udop", "UdopForConditionalGeneration", torch.float32)]:
+        model = build_model(model_type, class_name)
+        inputs = sample_inputs(model, model_type)
+        boxes = inputs["bbox"]
+        assert boxes.shape == (*inputs["input_ids"].shape, 4) and boxes.dtype == dtype
+        assert (boxes[..., 0] <= boxes[..., 2]).all() and (boxes[..., 1] <= boxes[..., 3]).all()
+        assert 0 <= float(boxes.min()) and float(boxes.max()) <= (1000 if dtype == torch.long else 1)
+        with torch.no_grad():
+            model(**inputs)
+
+
+def test_images_are_sized_for_a_windowed_tower_and_larger_sides_are_tried_where_32_pixels_downsample_to_nothing():
+    """Donut-Swin (window 7, 4-pixel patches, 2 stages) needs 56 pixels for a whole window at its last stage: at 32
+    its relative position bias (49 entries) met 16-token windows. LeViT's 16x stem and its 4 x 4 attention-bias grid
+    (32 / 8) need a 64-pixel image."""
+    import torch
+
+    from hfexport.tools.matrix.media import window_side
+
+    for model_type, class_name, side in [("donut-swin", "DonutSwinForImageClassification", 56),
+                                         ("levit", "LevitForImageClassification", 64)]:
+        model = build_model(model_type, class_name)
+        inputs = sample_inputs(model, model_type)
+        assert inputs["pixel_values"].shape == (2, 3, side, side)
+        with torch.no_grad():
+            model(**inputs)
+    assert window_side(tiny_config("swin")) == 4 * 7 * 2 and window_side(tiny_config("qwen2_5_vl").vision_config) == 0

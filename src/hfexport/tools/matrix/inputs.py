@@ -8,18 +8,23 @@ raw ``input_values`` ``[2, 1600]``. Image-text-to-text models get one image per 
 vision tower makes features, where pixels and an image-token id are all they need (else text only); families
 with a hand-written tiny case (:data:`hfexport.tools.matrix.shrink.FROM_TINY_CASES`) use its inputs. Vision towers
 that take patches and a ``grid_thw``, videos, mono audio and transposed features: :mod:`.media` tries the other
-layouts of a tensor until the model runs on one; a required media input of a text-first class is added.
+layouts of a tensor until the model runs on one; a required media input of a text-first class is added. Images of a
+windowed (Swin-like) tower are large enough for a whole window at its last stage; larger sides are tried where 32
+pixels are too few. Layout models (a ``bbox`` parameter) get one ordered box per token. Time series (``past_values``):
+:mod:`.series`.
 """
 
 from __future__ import annotations
 
 import inspect
+from collections.abc import Iterator
 from typing import Any
 
 import torch
 
 from .media import GRID_KEYS, audio_layouts, feature_layouts, feature_masks, first_that_runs, grid_candidates, \
-    image_layouts, variants
+    image_layouts, image_sides, variants, window_side
+from .series import series_inputs
 from .shrink import FROM_TINY_CASES
 
 __all__ = ["NoInputRecipe", "sample_inputs"]
@@ -74,6 +79,8 @@ def _decoder_ids(model: Any, gen: torch.Generator, batch: int, seq: int) -> torc
 def _pixels(model: Any, gen: torch.Generator, batch: int) -> torch.Tensor:
     size = _find(model.config, "image_size", "input_size", "crop_size") or 32
     h, w = (size, size) if isinstance(size, int) else tuple(size)[-2:]
+    windowed = window_side(getattr(model.config, "vision_config", None) or model.config)
+    h, w = max(h, windowed), max(w, windowed)
     channels = _find(model.config, "num_channels", "in_channels") or 3
     return torch.randn(batch, channels, h, w, generator=gen)
 
@@ -93,6 +100,18 @@ def _features(model: Any, gen: torch.Generator, batch: int) -> torch.Tensor:
     if not feat:
         raise NoInputRecipe("input_features: the config names no feature size")
     return torch.randn(batch, 32, feat, generator=gen)
+
+
+def _with_boxes(inputs: dict[str, Any], gen: torch.Generator) -> Iterator[dict[str, Any]]:
+    """``inputs`` with a ``bbox`` ``[B, S, 4]`` of one box per token, ``x0 <= x1`` and ``y0 <= y1``: int
+    coordinates in ``[0, 1000]`` (LayoutLM's), then the same boxes normalised to ``[0, 1]``, then without boxes."""
+    batch, seq = inputs["input_ids"].shape
+    corner = torch.randint(0, 500, (batch, seq, 2), generator=gen)
+    size = torch.randint(0, 501, (batch, seq, 2), generator=gen)
+    boxes = torch.cat([corner, corner + size], dim=-1)
+    yield {**inputs, "bbox": boxes}
+    yield {**inputs, "bbox": boxes.float() / 1000}
+    yield inputs
 
 
 def _feature_count(features: Any) -> int:
@@ -164,6 +183,8 @@ def sample_inputs(model: Any, model_type: str, batch: int = 2, seq: int = 6,
         out = {"input_features": _features(model, gen, batch)}
     elif main == "input_values":
         out = {"input_values": _audio(gen, batch)}
+    elif main == "past_values" and (out := series_inputs(model, gen, batch, params)):
+        return out
     else:
         raise NoInputRecipe(f"no sample-input recipe for the main input {main!r}")
     if main == "input_ids" and "pixel_values" in params and model.can_generate():  # image-text-to-text
@@ -177,8 +198,12 @@ def sample_inputs(model: Any, model_type: str, batch: int = 2, seq: int = 6,
             out[name] = _pixels(model, gen, batch) if name == "pixel_values" else _audio(gen, batch)
     if getattr(model.config, "is_encoder_decoder", False) and "decoder_input_ids" in params:
         out["decoder_input_ids"] = _decoder_ids(model, gen, batch, seq)
+    if "bbox" in params and isinstance(out.get("input_ids"), torch.Tensor):  # a layout model: a box per token
+        out = first_that_runs(model, _with_boxes(out, gen))
     frames = _find(model.config, "num_frames", "frames_per_clip") or 2
-    layouts = {"pixel_values": image_layouts(frames), "pixel_values_videos": image_layouts(frames),
+    pixels = out.get("pixel_values")
+    sides = image_sides(pixels.shape[-1]) if isinstance(pixels, torch.Tensor) and pixels.dim() == 4 else []
+    layouts = {"pixel_values": image_layouts(frames, sides), "pixel_values_videos": image_layouts(frames),
                "input_values": audio_layouts, "input_features": feature_layouts}
     out = first_that_runs(model, variants(out, layouts, feature_masks(required, _find(model.config, "num_mel_bins"))))
     return {k: v for k, v in out.items() if not (for_generation and k == "decoder_input_ids")}

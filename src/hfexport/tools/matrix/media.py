@@ -5,7 +5,8 @@ tried in order until the tiny model runs on one eagerly (it is a few millisecond
   (or ``[patches, C, P, P]``, ``[patches, C, T, P, P]``) of two images of ``2 * merge`` patches a side, with their
   ``grid_thw`` rows ``[1, side, side]``;
 - ``pixel_values`` ``[B, C, H, W]``, then as a video ``[B, frames, C, H, W]`` / ``[B, C, frames, H, W]`` (frames from
-  the config's ``num_frames``), then one image per row ``[B, 1, C, H, W]``;
+  the config's ``num_frames``), then one image per row ``[B, 1, C, H, W]``, then larger square images (64, 128, 224
+  pixels); a windowed tower's images are large enough for a whole window at its last stage from the first try;
 - ``input_values`` ``[B, samples]``, then mono ``[B, 1, samples]``, at 1600 then 1920 samples (a multiple of 96 and
   of 320-sample hops);
 - ``input_features`` ``[B, mel, frames]`` and ``[B, frames, mel]``; a required ``*_mask`` of the features gets ones
@@ -23,8 +24,8 @@ from typing import Any
 
 import torch
 
-__all__ = ["GRID_KEYS", "first_that_runs", "variants", "grid_candidates", "image_layouts", "audio_layouts",
-           "feature_layouts", "feature_masks"]
+__all__ = ["GRID_KEYS", "first_that_runs", "variants", "grid_candidates", "window_side", "image_sides", "image_layouts",
+           "audio_layouts", "feature_layouts", "feature_masks"]
 
 GRID_KEYS = ("grid_thw", "image_grid_thw")
 
@@ -84,8 +85,27 @@ def grid_candidates(config: Any, gen: torch.Generator, batch: int, params: Any) 
             yield {name: pixels, grid_key: grid, **extra}
 
 
-def image_layouts(frames: int) -> Callable[[torch.Tensor], Iterator[torch.Tensor]]:
-    """``[B, C, H, W]`` as it is, as ``frames`` frames (both axis orders), as one image per row."""
+def window_side(config: Any) -> int:
+    """The image side a windowed tower (Swin-like: ``window_size``, ``patch_size``, ``depths``) needs for a whole
+    window at its last stage, ``patch * window * 2 ** (stages - 1)`` (0: not windowed). A Swin run on less shrinks
+    its windows for good (``set_shift_and_window_size``), so this is the first size tried, not a fallback."""
+    get = lambda *names: next((getattr(config, n) for n in names if getattr(config, n, None) is not None), None)  # noqa: E731
+    window, patch, depths = _int(get("window_size"), 0), get("patch_size"), get("depths")
+    # (a Qwen-VL window is no stage's; DaViT's per-stage patch sizes, Florence-2's, are no Swin's either)
+    if not (window and isinstance(patch, int) and isinstance(depths, (list, tuple)) and depths):
+        return 0
+    return patch * window * 2 ** (len(depths) - 1)
+
+
+def image_sides(side: int) -> list[int]:
+    """Larger square image sides to try after ``side``: 64, 128 and 224 pixels, for towers that downsample a
+    32-pixel image to nothing (LeViT's 16x stem, MobileViT, text-line recognisers)."""
+    return [s for s in (64, 128, 224) if s > side]
+
+
+def image_layouts(frames: int, sides: list[int] = ()) -> Callable[[torch.Tensor], Iterator[torch.Tensor]]:
+    """``[B, C, H, W]`` as it is, as ``frames`` frames (both axis orders), as one image per row, then resized to
+    each of ``sides`` (square)."""
     def layouts(pixels: torch.Tensor) -> Iterator[torch.Tensor]:
         yield pixels
         if pixels.dim() == 4:
@@ -93,6 +113,8 @@ def image_layouts(frames: int) -> Callable[[torch.Tensor], Iterator[torch.Tensor
             yield video
             yield video.transpose(1, 2).contiguous()
             yield pixels.unsqueeze(1)
+            for side in sides:
+                yield torch.nn.functional.interpolate(pixels, size=(side, side), mode="bilinear", align_corners=False)
     return layouts
 
 

@@ -106,7 +106,7 @@ SIZE_RULES: tuple[SizeRule, ...] = (
     _named("cap", 8, ("num_mel_bins", "patch_size", "qk_rope_head_dim", "qk_nope_head_dim", "state_size",
                       "ssm_state_size")),
     _named("cap", 32, ("image_size", "crop_size", "kv_lora_rank", "q_lora_rank")),
-    _named("cap", 4, ("frames_per_clip",)),
+    _named("cap", 4, ("frames_per_clip", "label_length")),  # (a forecaster's label window: <= the context, 4 steps)
     _named("cap", LAYERS, ("num_self_attends_per_block",)),
     # second try: sizes the defaults leave None
     _named("fill", HEAD_DIM, ("head_dim",), fit=True),
