@@ -299,7 +299,10 @@ def test_each_recipe_serves_its_formats_and_refuses_the_others(name):
         "pt2e-int8": _QUANTIZABLE,
         "ort-dynamic": {ExportFormat.ONNX},
         "ort-static": {ExportFormat.ONNX},
+        "ort-int8": {ExportFormat.ONNX},
+        "ort-int4": {ExportFormat.ONNX},
         "nncf-int8": _QUANTIZABLE,
+        "nncf-int8-weights": _QUANTIZABLE,
         "nncf-int4": _QUANTIZABLE - {ExportFormat.EXECUTORCH},  # 4-bit unpacking is not core ATen
     }[name]
     for fmt in ExportFormat:

@@ -31,7 +31,7 @@ _LAZY = {
     **{name: f"hfexport.quantizers:{name}" for name in (
         "CalibrationSet", "ExportQuantizer", "NNCFOnnxQuantizer", "NNCFOpenVINOQuantizer", "NNCFQuantizationConfig",
         "NNCFTorchFXQuantizer", "NNCFWeightCompressionConfig", "OnnxRuntimeDynamicConfig", "OnnxRuntimeQuantizer",
-        "OnnxRuntimeStaticConfig", "PT2EQuantizer")},
+        "OnnxRuntimeStaticConfig", "OnnxRuntimeWeightOnlyConfig", "PT2EQuantizer")},
     **{name: f"hfexport.registry:{name}" for name in ("AutoExportConfig", "AutoHfExporter", "register_backend")},
     "ModelRunner": "hfexport.runner:ModelRunner",
     "validate": "hfexport.validation:validate",
@@ -72,6 +72,7 @@ __all__ = [
     "OnnxRuntimeQuantizer",
     "OnnxRuntimeStaticConfig",
     "OnnxRuntimeDynamicConfig",
+    "OnnxRuntimeWeightOnlyConfig",
     "NNCFOpenVINOQuantizer",
     "NNCFOnnxQuantizer",
     "NNCFTorchFXQuantizer",

@@ -34,8 +34,9 @@ PAIRS = {
     ("nncf-int8", "openvino"): (0.35, 0.75),
     ("nncf-int8", "dynamo"): (0.35, 0.75),
     ("nncf-int8", "executorch"): (0.55, 0.75),
+    ("nncf-int8-weights", "openvino"): (0.35, 0.75),
     ("nncf-int4", "onnx"): (0.25, 0.6),
-    ("nncf-int4", "openvino"): (0.25, 0.6),
+    ("nncf-int4", "openvino"): (0.25, 0.6),  # AWQ + scale estimation on the calibration samples
     ("nncf-int4", "dynamo"): (0.25, 0.6),
 }
 # one pair per backend-model quantizer family in the default suite; the rest with `make test-sweep`
@@ -136,6 +137,113 @@ def test_quantized_generation_export_agrees_through_its_decode_graph(llama, tmp_
     reloaded = ExportedModel.from_pretrained(tmp_path)
     assert weight_bytes(tmp_path) / fp32_weight_bytes(model) <= 0.35
     assert top1_agreement(reloaded, sequence, PROMPT_LEN) >= 0.75
+
+
+# --- MatMulNBits (ort-int8 / ort-int4) on the fused graph the ONNX decode-speed rows deploy ----------------------
+
+
+def _fused_static_export(model, case, quantizer):
+    import copy
+
+    from hfexport import OnnxConfig
+
+    generation = copy.deepcopy(model.generation_config)
+    generation.cache_implementation, generation.max_cache_len = "static", 96
+    config = OnnxConfig(dynamic=True, ort_fusions="cpu", quantizer=quantizer)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return AutoHfExporter.from_config(config).export_for_generation(
+            model, case.inputs(1, 5, padded=False), config, generation_config=generation, multi_token_decode=True
+        )
+
+
+@pytest.mark.parametrize(
+    "name,bits,max_ratio", [("ort-int4", 4, 0.2), pytest.param("ort-int8", 8, 0.32, marks=pytest.mark.sweep)]
+)
+def test_matmul_nbits_quantizes_every_weight_and_keeps_the_fused_attention(name, bits, max_ratio, llama, tmp_path):
+    """ort-int4 / ort-int8 on a static-cache, multi-token-decode export fused for ONNX Runtime's CPU kernels: every
+    MatMul with a constant weight (the packed QKV and gate/up, o_proj, down_proj, the lm_head) is a MatMulNBits of
+    that many bits in blocks of 32 with accuracy_level 4; the embedding is a 4-bit GatherBlockQuantized (int4) or an
+    int8 table gathered before dequantizing (int8); GroupQueryAttention is still there; the saved weights shrink; the
+    export's own decode loop keeps eager's top-1."""
+    import onnx
+
+    case, model, sequence, _ = llama
+    exported = _fused_static_export(model, case, recipe(name, "onnx"))
+    exported.save_pretrained(tmp_path)
+    (path,) = [p for p in tmp_path.glob("*.onnx")]
+    graph = onnx.load(str(path), load_external_data=False).graph
+    initializers = {i.name for i in graph.initializer}
+    ops = [n.op_type for n in graph.node]
+    layers = model.config.num_hidden_layers
+    assert ops.count("GroupQueryAttention") == layers
+    assert not [n for n in graph.node if n.op_type in ("MatMul", "FusedMatMul") and n.input[1] in initializers]
+    nbits = [n for n in graph.node if n.op_type == "MatMulNBits"]
+    assert len(nbits) == 4 * layers + 1  # packed qkv, o_proj, packed gate/up, down_proj; lm_head
+    for node in nbits:
+        attributes = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+        assert (attributes["bits"], attributes["block_size"], attributes["accuracy_level"]) == (bits, 32, 4)
+    assert ops.count("GatherBlockQuantized") == (1 if bits == 4 else 0)
+    vocab, hidden = model.config.vocab_size, model.config.hidden_size
+    assert [n for n in nbits if n.output[0] in {o.name for o in graph.output}]  # the lm_head gives the logits
+    table = {i.name: i for i in graph.initializer}.get(
+        next(n.input[0] for n in graph.node if n.op_type in ("Gather", "GatherBlockQuantized") and n.input[0]
+             in initializers and list({i.name: i for i in graph.initializer}[n.input[0]].dims) == [vocab, hidden])
+    )
+    assert table.data_type == (onnx.TensorProto.INT4 if bits == 4 else onnx.TensorProto.INT8)  # the embedding
+    floats = [i.name for i in graph.initializer if i.data_type == onnx.TensorProto.FLOAT and vocab in i.dims
+              and hidden in i.dims]
+    assert not floats  # no float copy of either left behind
+    ratio = weight_bytes(tmp_path) / fp32_weight_bytes(model)
+    reloaded = ExportedModel.from_pretrained(tmp_path)
+    agreement = top1_agreement(reloaded, sequence, PROMPT_LEN)
+    print(f"\n{name}: weight bytes {ratio:.3f}x of fp32, top-1 agreement {agreement:.1%} over {STEPS} steps")
+    assert ratio <= max_ratio
+    assert agreement >= 0.75
+
+
+@pytest.mark.parametrize("form", ["Transpose", "FusedMatMul"])
+def test_a_transposed_weight_is_materialized_for_the_quantizer(form):
+    """A tied lm_head reads the embedding table transposed: MatMul(x, Transpose(W)) (the optimiser leaves a large
+    constant unfolded) or, after the ORT fusions, FusedMatMul(x, W, transB=1). It becomes a MatMul with the transposed
+    matrix as its own initializer, so MatMulNBitsQuantizer (which takes a plain MatMul with a constant weight)
+    quantizes it; the logits keep their name, the table stays for the Gather, the results are the same."""
+    import numpy as np
+    import onnx_ir as ir
+    import onnxruntime as ort
+
+    from hfexport.quantizers.onnx_nbits import _materialize_transposed_weights
+
+    table = np.arange(12, dtype=np.float32).reshape(4, 3)
+    embed = ir.Value(name="embed", shape=ir.Shape([4, 3]), type=ir.TensorType(ir.DataType.FLOAT),
+                     const_value=ir.tensor(table, name="embed"))
+    x = ir.Value(name="x", shape=ir.Shape([1, 3]), type=ir.TensorType(ir.DataType.FLOAT))
+    ids = ir.Value(name="ids", shape=ir.Shape([1]), type=ir.TensorType(ir.DataType.INT64))
+    if form == "Transpose":
+        transpose = ir.node("Transpose", [embed], attributes={"perm": [1, 0]})
+        head = [transpose, ir.node("MatMul", [x, transpose.outputs[0]])]
+    else:
+        head = [ir.node("FusedMatMul", [x, embed], attributes={"transB": 1, "alpha": 1.0}, domain="com.microsoft")]
+    gather = ir.node("Gather", [embed, ids])
+    head[-1].outputs[0].name = "logits"
+    graph = ir.Graph([x, ids], [head[-1].outputs[0], gather.outputs[0]], nodes=[*head, gather],
+                     initializers=[embed], opset_imports={"": 21, "com.microsoft": 1})
+    model = ir.Model(graph, ir_version=10)
+    feeds = {"x": np.array([[1.0, -2.0, 0.5]], dtype=np.float32), "ids": np.array([2])}
+
+    def run():
+        session = ort.InferenceSession(ir.to_proto(model).SerializeToString(), providers=["CPUExecutionProvider"])
+        return session.run(None, feeds)
+
+    before = run()
+    assert _materialize_transposed_weights(model) == 1
+    assert [n.op_type for n in model.graph] == ["MatMul", "Gather"]
+    matmul = next(iter(model.graph))
+    weight = matmul.inputs[1]
+    assert weight.is_initializer() and np.array_equal(weight.const_value.numpy(), table.T)
+    assert gather.inputs[0] is embed and model.graph.outputs[0].name == "logits"
+    after = run()
+    assert all(np.array_equal(a, b) for a, b in zip(before, after))
 
 
 # --- the int8 recipes' per-layer choices: float activations and int8 weights for the outlier-carrying layers ------

@@ -18,6 +18,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from ..quantizers.presets import RECIPES
 from .progress import Progress
 from .quiet import terminal
 
@@ -25,7 +26,6 @@ __all__ = ["add_export_parser", "cmd_export"]
 
 FORMATS = ("dynamo", "onnx", "executorch", "openvino", "aoti")
 DTYPES = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}
-RECIPES = ("pt2e-int8", "ort-dynamic", "ort-static", "nncf-int8", "nncf-int4")
 VALIDATE_TOKENS = 8  # greedy tokens compared with eager model.generate after a for-generation export
 
 

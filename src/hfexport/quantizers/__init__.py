@@ -12,7 +12,12 @@ from .nncf import (
     NNCFTorchFXQuantizer,
     NNCFWeightCompressionConfig,
 )
-from .onnxruntime import OnnxRuntimeDynamicConfig, OnnxRuntimeQuantizer, OnnxRuntimeStaticConfig
+from .onnxruntime import (
+    OnnxRuntimeDynamicConfig,
+    OnnxRuntimeQuantizer,
+    OnnxRuntimeStaticConfig,
+    OnnxRuntimeWeightOnlyConfig,
+)
 from .pt2e import PT2EQuantizer
 
 __all__ = [
@@ -22,6 +27,7 @@ __all__ = [
     "OnnxRuntimeQuantizer",
     "OnnxRuntimeStaticConfig",
     "OnnxRuntimeDynamicConfig",
+    "OnnxRuntimeWeightOnlyConfig",
     "NNCFOpenVINOQuantizer",
     "NNCFOnnxQuantizer",
     "NNCFTorchFXQuantizer",

@@ -12,7 +12,7 @@ from ..configs import ExportFormat
 from .base import CalibrationSet, ExportQuantizer, LibraryArguments, _is_traced_key, quantizer_workarounds
 from .calibration import flat_feeds, numpy_dtype
 
-__all__ = ["OnnxRuntimeQuantizer", "OnnxRuntimeStaticConfig", "OnnxRuntimeDynamicConfig"]
+__all__ = ["OnnxRuntimeQuantizer", "OnnxRuntimeStaticConfig", "OnnxRuntimeDynamicConfig", "OnnxRuntimeWeightOnlyConfig"]
 
 
 @dataclasses.dataclass
@@ -55,9 +55,43 @@ class OnnxRuntimeDynamicConfig(LibraryArguments):
     extra_options: dict[str, Any] | None = None
 
 
+@dataclasses.dataclass
+class OnnxRuntimeWeightOnlyConfig(LibraryArguments):
+    """Arguments of ``onnxruntime.quantization.matmul_nbits_quantizer.MatMulNBitsQuantizer``: block-wise int4 or int8
+    weights, float activations, no calibration. Each ``MatMul`` with a constant weight becomes ONNX Runtime's
+    ``MatMulNBits`` (with ``accuracy_level=4`` its CPU kernel quantizes the activations to int8 on the fly and runs
+    the int8 dot products), and, at 4 bits, each embedding ``Gather`` a ``GatherBlockQuantized``. An 8-bit embedding
+    table, which ONNX Runtime's quantizer leaves float, is stored as int8 per row and only the looked-up rows are
+    dequantized. Fused attention (``GroupQueryAttention``) and the other contrib ops stay as they are.
+
+    ``algorithm``: ``"DEFAULT"`` (round to nearest in each block) or ``"HQQ"`` (half-quadratic optimisation of each
+    block's scale and zero point; asymmetric, 4 bits, MatMul only).
+
+    Example:
+        >>> OnnxConfig(ort_fusions="cpu", quantizer=OnnxRuntimeQuantizer(OnnxRuntimeWeightOnlyConfig(bits=4)))
+    """
+
+    bits: int = 4
+    block_size: int = 32
+    is_symmetric: bool = True
+    accuracy_level: int | None = 4
+    algorithm: str = "DEFAULT"
+    op_types_to_quantize: tuple[str, ...] = ("MatMul", "Gather")
+    nodes_to_exclude: list[str] | None = None
+
+    def __post_init__(self) -> None:
+        if self.bits not in (4, 8):
+            raise ValueError(f"OnnxRuntimeWeightOnlyConfig(bits={self.bits}): MatMulNBits takes 4 or 8 bits")
+        if self.block_size < 16 or self.block_size & (self.block_size - 1):
+            raise ValueError(f"OnnxRuntimeWeightOnlyConfig(block_size={self.block_size}): a power of two >= 16")
+        if self.algorithm not in ("DEFAULT", "HQQ"):
+            raise ValueError(f"OnnxRuntimeWeightOnlyConfig(algorithm={self.algorithm!r}): 'DEFAULT' or 'HQQ'")
+
+
 class OnnxRuntimeQuantizer(ExportQuantizer):
     """Quantize the converted ONNX model with ONNX Runtime's tools: ``quantize_static`` with an
-    :class:`OnnxRuntimeStaticConfig` (the default), or ``quantize_dynamic`` with an :class:`OnnxRuntimeDynamicConfig`.
+    :class:`OnnxRuntimeStaticConfig` (the default), ``quantize_dynamic`` with an :class:`OnnxRuntimeDynamicConfig`,
+    or ``MatMulNBitsQuantizer`` (block-wise int4/int8 weights) with an :class:`OnnxRuntimeWeightOnlyConfig`.
 
     Example:
         >>> static = OnnxRuntimeStaticConfig(per_channel=True)
@@ -70,17 +104,17 @@ class OnnxRuntimeQuantizer(ExportQuantizer):
 
     def __init__(
         self,
-        config: OnnxRuntimeStaticConfig | OnnxRuntimeDynamicConfig | None = None,
+        config: OnnxRuntimeStaticConfig | OnnxRuntimeDynamicConfig | OnnxRuntimeWeightOnlyConfig | None = None,
         calibration_dataset: Iterable[dict[str, Any]] | None = None,
         *,
         weight_only_modules: Iterable[str] = (),
     ):
         super().__init__(calibration_dataset, weight_only_modules=weight_only_modules)
         config = OnnxRuntimeStaticConfig() if config is None else config
-        if not isinstance(config, OnnxRuntimeStaticConfig | OnnxRuntimeDynamicConfig):
+        if not isinstance(config, OnnxRuntimeStaticConfig | OnnxRuntimeDynamicConfig | OnnxRuntimeWeightOnlyConfig):
             raise TypeError(
-                f"OnnxRuntimeQuantizer takes an OnnxRuntimeStaticConfig or OnnxRuntimeDynamicConfig, got "
-                f"{type(config).__name__}"
+                f"OnnxRuntimeQuantizer takes an OnnxRuntimeStaticConfig, OnnxRuntimeDynamicConfig or "
+                f"OnnxRuntimeWeightOnlyConfig, got {type(config).__name__}"
             )
         self.config = config
 
@@ -91,8 +125,11 @@ class OnnxRuntimeQuantizer(ExportQuantizer):
         import onnx_ir as ir
 
         from .onnx_gather import gather_before_dequantize
+        from .onnx_nbits import load_in_memory, quantize_nbits
         from .onnx_weights import int8_weight_only, nodes_in_modules
 
+        if isinstance(self.config, OnnxRuntimeWeightOnlyConfig):
+            return quantize_nbits(model, self.config)
         weight_only = nodes_in_modules(model, self.weight_only_modules, ("MatMul",))  # ONNX Runtime does the embedding
         with tempfile.TemporaryDirectory() as tmp:
             # quantize from and to files with external data: a model past protobuf's 2 GB limit works too
@@ -101,7 +138,7 @@ class OnnxRuntimeQuantizer(ExportQuantizer):
             with quantizer_workarounds(["onnxruntime-quantize-standard-attention"], model):
                 self._quantize(model, source, target, sample_inputs, weight_only)
             quantized = ir.load(target)
-            _load_in_memory(quantized)  # before the temporary directory goes
+            load_in_memory(quantized)  # before the temporary directory goes
         int8_weight_only(quantized, weight_only)  # ONNX Runtime left them float (nodes_to_exclude keeps their names)
         gather_before_dequantize(quantized)  # an int8 embedding: dequantize the looked-up rows only
         return quantized
@@ -143,19 +180,6 @@ def _drop_initializer_value_info(path: Path) -> None:
     del proto.graph.value_info[:]
     proto.graph.value_info.extend(kept)
     onnx.save(proto, str(path))
-
-
-def _load_in_memory(model: Any) -> None:
-    """Read every external tensor (initializers and ``Constant`` attributes) into memory."""
-    import onnx_ir as ir
-
-    ir.external_data.load_to_model(model)
-    for graph in model.graphs():
-        for node in graph:
-            for name, attribute in node.attributes.items():
-                value = attribute.value
-                if attribute.type == ir.AttributeType.TENSOR and isinstance(value, ir.ExternalTensor):
-                    node.attributes[name] = ir.AttrTensor(name, ir.Tensor(value.numpy(), dtype=value.dtype, name=value.name))
 
 
 class _FeedReader:

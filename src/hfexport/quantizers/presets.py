@@ -10,11 +10,19 @@ Each recipe picks, for an export format, the quantizer and settings that serve i
                MLP, lm_head) int8 weight-only
 ``ort-static``  ONNX Runtime ``quantize_static``, QDQ, per-channel weights (ONNX only); the RMSNorm-fed layers
                (q, k, v, MLP, lm_head) int8 weight-only
+``ort-int8``   ONNX Runtime ``MatMulNBits`` (``MatMulNBitsQuantizer``): int8 weights in blocks of 32, symmetric,
+               ``accuracy_level=4`` (int8 activations inside the kernel); every MatMul, the tied lm_head included,
+               and the embedding (int8 per row, only the looked-up rows dequantized). No calibration (ONNX only)
+``ort-int4``   The same at 4 bits; the embedding as ``GatherBlockQuantized`` (int4, blocks of 32)
 ``nncf-int8``  NNCF ``quantize`` (int8 weights and activations, SmoothQuant alpha 0.5) on the converted ONNX /
                OpenVINO model; on the FX graph (Dynamo, ExecuTorch) NNCF int8 weight-only compression
+``nncf-int8-weights``  NNCF int8 weight-only compression (one scale per output channel, data-free) on the
+               converted ONNX / OpenVINO model or the FX graph; OpenVINO's CPU plugin quantizes the activations of
+               these layers to int8 at run time (its dynamic quantization, groups of 32)
 ``nncf-int4``  NNCF int4 weight compression (group size 32; int8 for the embeddings and the last layer, NNCF's
                default backup), on the converted ONNX / OpenVINO model or the FX graph (Dynamo; not ExecuTorch,
-               whose to_edge refuses the op NNCF unpacks 4-bit weights with)
+               whose to_edge refuses the op NNCF unpacks 4-bit weights with); given calibration prompts, on
+               OpenVINO, with AWQ and scale estimation
 =============  ========================================================================================
 """
 
@@ -30,7 +38,9 @@ from .base import ExportQuantizer
 
 __all__ = ["RECIPES", "recipe", "read_prompts", "prompt_samples", "cli_quantizer"]
 
-RECIPES = ("pt2e-int8", "ort-dynamic", "ort-static", "nncf-int8", "nncf-int4")
+RECIPES = (
+    "pt2e-int8", "ort-dynamic", "ort-static", "ort-int8", "ort-int4", "nncf-int8", "nncf-int8-weights", "nncf-int4"
+)
 
 # The int8 recipes keep these layers' activations in float and store their weights as int8 (one scale per output
 # channel): MLP projections of Llama-family models (Llama, Mistral, Qwen2, Gemma, SmolLM2), whose inputs carry the
@@ -79,6 +89,11 @@ def recipe(name: str, export_format: ExportFormat | str, calibration: Iterable[d
             quantizer = OnnxRuntimeQuantizer(
                 _ort_static_config(), calibration_dataset=calibration, weight_only_modules=NORM_FED_MODULES
             )
+    elif name in ("ort-int8", "ort-int4"):
+        from .onnxruntime import OnnxRuntimeQuantizer, OnnxRuntimeWeightOnlyConfig
+
+        # data-free weight-only: the calibration prompts, if any, are not needed
+        quantizer = OnnxRuntimeQuantizer(OnnxRuntimeWeightOnlyConfig(bits=8 if name == "ort-int8" else 4))
     else:
         quantizer = _nncf(name, fmt, calibration)
     quantizer.validate_environment(fmt)  # an unsupported pair says so now, before the model loads
@@ -131,8 +146,14 @@ def _nncf(name: str, fmt: Any, calibration: Iterable[dict] | None) -> ExportQuan
         fmt, NNCFTorchFXQuantizer
     )
     if name == "nncf-int4":
-        config = NNCFWeightCompressionConfig(mode=nncf.CompressWeightsMode.INT4_SYM, group_size=32)
+        # data-aware on OpenVINO when there are prompts: AWQ (activation-aware per-channel scales) and scale
+        # estimation (each group's scale fitted to the layer's output on them); data-free int4 keeps 74 % of
+        # SmolLM2's top-1 (benchmarks/RESULTS_QUANTIZED.md)
+        aware = {"awq": True, "scale_estimation": True} if fmt == ExportFormat.OPENVINO and calibration else {}
+        config = NNCFWeightCompressionConfig(mode=nncf.CompressWeightsMode.INT4_SYM, group_size=32, **aware)
         return cls(config, calibration_dataset=calibration)
+    if name == "nncf-int8-weights":
+        return cls(NNCFWeightCompressionConfig(mode=nncf.CompressWeightsMode.INT8_SYM))
     if fmt in (ExportFormat.DYNAMO, ExportFormat.EXECUTORCH):
         # weight-only on the FX graph: ExecuTorch lowers nothing else, and nncf.quantize fails on a Llama FX graph
         # in NNCF 3.4 (min-max statistics of the boolean mask, then SmoothQuant modules torch.export cannot re-trace)
