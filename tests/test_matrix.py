@@ -329,11 +329,14 @@ def test_time_series_models_get_past_values_and_their_companions_shaped_from_the
 
 
 def test_layout_models_get_one_ordered_box_per_token():
-    """BROS and UDOP refused to run without boxes ("You have to specify bbox"); UDOP takes them normalised."""
+    """BROS and UDOP refused to run without boxes ("You have to specify bbox"); UDOP takes them normalised.
+    LayoutLMv3's 4 coordinate and 2 shape embeddings (128 each by default) must add up to the hidden size (64)."""
     import torch
 
+    assert 4 * tiny_config("layoutlmv3").coordinate_size + 2 * tiny_config("layoutlmv3").shape_size == 64
     for model_type, class_name, dtype in [("bros", "BrosModel", torch.long),
-                                          ("udop", "UdopForConditionalGeneration", torch.float32)]:
+                                          ("udop", "UdopForConditionalGeneration", torch.float32),
+                                          ("layoutlmv3", "LayoutLMv3Model", torch.long)]:
         model = build_model(model_type, class_name)
         inputs = sample_inputs(model, model_type)
         boxes = inputs["bbox"]

@@ -108,6 +108,9 @@ SIZE_RULES: tuple[SizeRule, ...] = (
     _named("cap", 32, ("image_size", "crop_size", "kv_lora_rank", "q_lora_rank")),
     _named("cap", 4, ("frames_per_clip", "label_length")),  # (a forecaster's label window: <= the context, 4 steps)
     _named("cap", LAYERS, ("num_self_attends_per_block",)),
+    # a layout embedding of 4 coordinates and 2 shape sizes, concatenated to the hidden size: 4 x 10 + 2 x 12 = 64
+    _named("set", 10, ("coordinate_size",)),
+    _named("set", 12, ("shape_size",)),
     # second try: sizes the defaults leave None
     _named("fill", HEAD_DIM, ("head_dim",), fit=True),
     _named("fill", KV_HEADS, ("num_key_value_heads",), fit=True),
