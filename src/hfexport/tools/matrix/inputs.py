@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Iterator
+from itertools import chain
 from typing import Any
 
 import torch
@@ -63,6 +64,16 @@ def _text(model: Any, gen: torch.Generator, batch: int, seq: int, params: Any) -
     out = {"input_ids": ids}
     if "attention_mask" in params:
         out["attention_mask"] = mask
+    return out
+
+
+def _named_text(model: Any, gen: torch.Generator, batch: int, seq: int, params: Any,
+                prefix: str) -> dict[str, torch.Tensor]:
+    """Text ids (and their mask where the forward takes one) under ``{prefix}input_ids``."""
+    text = _text(model, gen, batch, seq, params if not prefix else ())
+    out = {f"{prefix}input_ids": text["input_ids"]}
+    if f"{prefix}attention_mask" in params:
+        out[f"{prefix}attention_mask"] = (text["input_ids"] != _PAD).long()
     return out
 
 
@@ -193,9 +204,13 @@ def sample_inputs(model: Any, model_type: str, batch: int = 2, seq: int = 6,
         out["pixel_values"] = _pixels(model, gen, batch)
     elif main in ("pixel_values", "pixel_values_videos") and "input_ids" in params and not model.can_generate():
         out.update(_text(model, gen, batch, seq, params))
+    # an image-first class whose text is optional (BLIP, Kosmos-2) or required (BLIP-2): tried with it below
+    text_too = main in ("pixel_values", "pixel_values_videos") and "input_ids" in params and "input_ids" not in out
     for name in required:  # media a text-first class also requires (PE Audio: input_ids and input_values)
         if name not in out and name in ("pixel_values", "input_values"):
             out[name] = _pixels(model, gen, batch) if name == "pixel_values" else _audio(gen, batch)
+        elif name not in out and name.endswith("input_ids") and not (text_too and name == "input_ids"):
+            out.update(_named_text(model, gen, batch, seq, params, name[: -len("input_ids")]))  # InstructBLIP's
     if getattr(model.config, "is_encoder_decoder", False) and "decoder_input_ids" in params:
         out["decoder_input_ids"] = _decoder_ids(model, gen, batch, seq)
     if "bbox" in params and isinstance(out.get("input_ids"), torch.Tensor):  # a layout model: a box per token
@@ -205,5 +220,11 @@ def sample_inputs(model: Any, model_type: str, batch: int = 2, seq: int = 6,
     sides = image_sides(pixels.shape[-1]) if isinstance(pixels, torch.Tensor) and pixels.dim() == 4 else []
     layouts = {"pixel_values": image_layouts(frames, sides), "pixel_values_videos": image_layouts(frames),
                "input_values": audio_layouts, "input_features": feature_layouts}
-    out = first_that_runs(model, variants(out, layouts, feature_masks(required, _find(model.config, "num_mel_bins"))))
+    masks = feature_masks(required, _find(model.config, "num_mel_bins"))
+    with_text = None
+    if text_too:  # with image placeholders where the model takes them (BLIP-2's query tokens), else plain text
+        text = _text(model, gen, batch, seq, params)
+        with_text = {**out, **text, **_with_image(model, gen, batch, text)}
+    out = first_that_runs(model, chain(variants(out, layouts, masks),
+                                       variants(with_text, layouts, masks) if with_text else ()))
     return {k: v for k, v in out.items() if not (for_generation and k == "decoder_input_ids")}
