@@ -49,13 +49,34 @@ STEPS = 64
 PAIRS = [
     (None, "onnx"), ("ort-dynamic", "onnx"), ("ort-static", "onnx"), ("pt2e-int8", "onnx"), ("nncf-int8", "onnx"),
     ("nncf-int4", "onnx"),
-    (None, "openvino"), ("pt2e-int8", "openvino"), ("nncf-int8", "openvino"), ("nncf-int4", "openvino"),
+    (None, "openvino"), ("pt2e-int8", "openvino"), ("nncf-int8", "openvino"), ("nncf-int8-weights", "openvino"),
+    ("nncf-int4", "openvino"),
     (None, "dynamo"), ("pt2e-int8", "dynamo"), ("nncf-int8", "dynamo"), ("nncf-int4", "dynamo"),
     (None, "executorch"), ("pt2e-int8", "executorch"), ("nncf-int8", "executorch"),  # (nncf-int4: refused there)
 ]
 QUICK = [("ort-dynamic", "onnx"), ("nncf-int8", "openvino")]
-# the decode-speed artifacts: int8 on ONNX Runtime and OpenVINO, each with its fp32 reference
-DECODE_PAIRS = [(None, "onnx"), ("ort-dynamic", "onnx"), (None, "openvino"), ("nncf-int8", "openvino")]
+# "onnx+fused": the ONNX export with ort_fusions="cpu" (GroupQueryAttention, RotaryEmbedding, SkipSimplified-
+# LayerNormalization, packed QKV and gate/up MatMuls), the fastest fp32 ONNX decode (bench_onnx's static-fused), on
+# which the MatMulNBits recipes quantize
+FUSED_PAIRS = [(None, "onnx+fused"), ("ort-int8", "onnx+fused"), ("ort-int4", "onnx+fused")]
+PAIRS += FUSED_PAIRS
+# the decode-speed artifacts: int8 / int4 on ONNX Runtime and OpenVINO, each with its fp32 reference
+DECODE_PAIRS = [
+    (None, "onnx"), ("ort-dynamic", "onnx"), *FUSED_PAIRS,
+    (None, "openvino"), ("nncf-int8", "openvino"), ("nncf-int8-weights", "openvino"), ("nncf-int4", "openvino"),
+]
+BITS = {None: 32, "nncf-int4": 4, "ort-int4": 4}  # every other recipe: 8
+
+
+def _config(fmt: str) -> Any:
+    """The export config of a pair's format (``onnx+fused``: ONNX with ``ort_fusions="cpu"``)."""
+    from hfexport import AutoExportConfig
+
+    base, _, variant = fmt.partition("+")
+    options: dict[str, Any] = {"export_format": base, "dynamic": True}
+    if variant == "fused":
+        options["ort_fusions"] = "cpu"
+    return AutoExportConfig.from_dict(options)
 
 
 def check_disjoint(evaluation: list[str], calibration: list[str]) -> None:
@@ -77,7 +98,8 @@ def _pair_name(recipe_name: str | None, fmt: str) -> str:
 def _calibrated_recipe(recipe_name: str | None, fmt: str, tokenizer: Any) -> Any:
     from hfexport.quantizers.presets import prompt_samples, recipe
 
-    return None if recipe_name is None else recipe(recipe_name, fmt, prompt_samples(CALIBRATION, tokenizer))
+    base = fmt.partition("+")[0]
+    return None if recipe_name is None else recipe(recipe_name, base, prompt_samples(CALIBRATION, tokenizer))
 
 
 # --- agreement: one child per pair ----------------------------------------------------------------------------------
@@ -100,7 +122,7 @@ def child(recipe_name: str | None, fmt: str, out: Path, graphs: str = "pipeline"
     import warnings
 
     warnings.filterwarnings("ignore")
-    from hfexport import AutoExportConfig, AutoHfExporter, ExportedModel
+    from hfexport import AutoHfExporter, ExportedModel
     from hfexport.testing.packaged import packaged
     from hfexport.tools.measure import eager_greedy, fp32_weight_bytes, weight_bytes
 
@@ -108,7 +130,7 @@ def child(recipe_name: str | None, fmt: str, out: Path, graphs: str = "pipeline"
     prompts = {name: [tokenizer(p, return_tensors="pt")["input_ids"] for p in texts]
                for name, texts in (("eval", EVAL_PROMPTS), ("heldout", HELDOUT_PROMPTS))}
     sequences = {name: [eager_greedy(model, ids, STEPS) for ids in ids_list] for name, ids_list in prompts.items()}
-    config = AutoExportConfig.from_dict({"export_format": fmt, "dynamic": True})
+    config = _config(fmt)
     config.quantizer = _calibrated_recipe(recipe_name, fmt, tokenizer)
     exporter = AutoHfExporter.from_config(config)
     start = time.perf_counter()
@@ -132,6 +154,7 @@ def child(recipe_name: str | None, fmt: str, out: Path, graphs: str = "pipeline"
         row: dict[str, Any] = {
             "recipe": recipe_name or "fp32",
             "format": fmt,
+            "bits": BITS.get(recipe_name, 8),
             "graphs": graphs,
             "export_s": round(export_s, 1),
             "weight_ratio": round(weight_bytes(folder) / fp32_weight_bytes(model), 4),
@@ -171,14 +194,14 @@ def export_artifact(name: str, out: Path) -> dict:
     import warnings
 
     warnings.filterwarnings("ignore")
-    from hfexport import AutoExportConfig, AutoHfExporter
+    from hfexport import AutoHfExporter
     from hfexport.testing.packaged import packaged
 
     recipe_name, fmt = _parse_pair(name)
     _, tokenizer = packaged("smollm2")
 
     def export(model: Any, sample: dict) -> Any:
-        config = AutoExportConfig.from_dict({"export_format": fmt, "dynamic": True})
+        config = _config(fmt)
         config.quantizer = _calibrated_recipe(recipe_name, fmt, tokenizer)
         return AutoHfExporter.from_config(config).export_for_generation(
             model, sample, config, generation_config=common.static_generation_config(model), multi_token_decode=True
@@ -270,15 +293,17 @@ def _markdown(saved: dict[str, Any]) -> str:
             lines.append(f"| {row['recipe']} | {row['format']} | {graphs} | - | - | - | - | - | - | - | "
                          f"failed: {row['error']} |")
             continue
-        target = 0.2 if row["recipe"] == "nncf-int4" else 0.35 if row["recipe"] != "fp32" else None
+        bits = BITS.get(None if row["recipe"] == "fp32" else row["recipe"], 8)
+        target = 0.2 if bits == 4 else 0.35 if bits == 8 else None
         key = (row["format"], row.get("graphs"))
         relative = row["weight_ratio"] / fp32[key] if key in fp32 and fp32[key] > 0.5 else None
         notes = []
         if target is not None and (relative if relative is not None else row["weight_ratio"]) > target:
             notes.append(f"above the {target}x target")
         worst = min(row["top1_agreement"], row.get("top1_heldout", 1.0))
-        if row["recipe"] not in ("fp32", "nncf-int4") and worst < 0.9:
-            notes.append("below 90 % agreement")
+        floor = {8: 0.9, 4: 0.85}.get(bits)
+        if floor is not None and worst < floor:
+            notes.append(f"below {floor:.0%} agreement")
         per = " / ".join(f"{a:.1%}" for a in row.get("top1_per_prompt", []))
         held = row.get("top1_heldout")
         held_per = " / ".join(f"{a:.1%}" for a in row.get("top1_heldout_per_prompt", []))
@@ -327,7 +352,9 @@ NOTES_MARK = "\n<!-- notes: kept by bench_quantized.py when it rewrites the tabl
 def _write(results: Path, saved: dict[str, Any]) -> None:
     decode = saved.get("decode", {}).get("results", {})
     for row in saved.get("rows", []):  # benchmarks/summary.py reads each row's decode_tok_s
-        name = _pair_name(None if row["recipe"] == "fp32" else row["recipe"], row["format"])
+        recipe_name = None if row["recipe"] == "fp32" else row["recipe"]
+        row.setdefault("bits", BITS.get(recipe_name, 8))
+        name = _pair_name(recipe_name, row["format"])
         if name in decode:
             row["decode_tok_s"] = round(decode[name]["decode_tok_s"], 2)
     notes = ""
@@ -430,8 +457,9 @@ def _agreement_main(pairs: list, results: Path, graphs: str = "pipeline") -> int
         _write(results, saved)  # after every pair: a long run interrupted still leaves what it measured
     print(f"[bench_quantized] wrote {results}")
     failed = [r for r in saved["rows"] if "error" in r]
+    # nncf-int4 (data-free, 74 % on SmolLM2) is known to be under its floor: issue 21
     low = [r for r in saved["rows"] if r.get("recipe") not in ("fp32", "nncf-int4")
-           and min(r.get("top1_agreement", 1), r.get("top1_heldout", 1)) < 0.9]
+           and min(r.get("top1_agreement", 1), r.get("top1_heldout", 1)) < (0.85 if r.get("bits") == 4 else 0.9)]
     return 1 if failed or low else 0
 
 

@@ -481,3 +481,35 @@ def test_quantizer_workarounds_are_registered_and_undone():
         assert fired == [ort.id]
         assert not should("") and should("com.microsoft")
     assert AttentionQuant.should_quantize is original
+
+
+def test_importing_the_nbits_quantizer_leaves_the_root_logger_alone():
+    """onnxruntime's matmul_nbits_quantizer calls logging.basicConfig(level=INFO) at import (workaround
+    onnxruntime-nbits-root-logging): imported through the workaround, the root logger keeps its level and handlers, and
+    the quantizer's INFO lines are off while it runs."""
+    import logging
+    import sys
+
+    from hfexport.workarounds import workarounds
+    from hfexport.workarounds.quantize_ort_nbits_logging import MODULE, import_quietly
+
+    root = logging.getLogger()
+    level, handlers = root.level, list(root.handlers)
+    for handler in handlers:  # an application that configured nothing (pytest's own capture handlers set aside)
+        root.removeHandler(handler)
+    root.setLevel(logging.WARNING)
+    sys.modules.pop(MODULE, None)  # imported afresh: its basicConfig runs again
+    try:
+        import_quietly()
+        assert (root.level, root.handlers) == (logging.WARNING, [])
+    finally:
+        for handler in list(root.handlers):
+            root.removeHandler(handler)
+        for handler in handlers:
+            root.addHandler(handler)
+        root.setLevel(level)
+    (fix,) = [w for w in workarounds() if w.id == "onnxruntime-nbits-root-logging"]
+    assert fix.in_version_range()
+    undo = fix.apply(None, {})
+    assert logging.getLogger(MODULE).getEffectiveLevel() >= logging.WARNING
+    undo()

@@ -21,6 +21,8 @@ from typing import Any
 
 import numpy as np
 
+from .base import quantizer_workarounds
+
 __all__ = ["quantize_nbits", "load_in_memory"]
 
 logger = logging.getLogger(__name__)
@@ -29,52 +31,71 @@ logger = logging.getLogger(__name__)
 def quantize_nbits(model: Any, config: Any) -> Any:
     """``model`` (an ``onnx_ir.Model``) with its ``MatMul`` / embedding ``Gather`` weights quantized as ``config`` (an
     ``OnnxRuntimeWeightOnlyConfig``) says; a new model, ``model`` is left as it was."""
-    import onnx_ir as ir
-    from onnxruntime.quantization.matmul_nbits_quantizer import (
-        DefaultWeightOnlyQuantConfig,
-        HQQWeightOnlyQuantConfig,
-        MatMulNBitsQuantizer,
-    )
+    with quantizer_workarounds(["onnxruntime-nbits-root-logging"], model):
+        return _quantize_nbits(model, config)
+
+
+def _algorithm(config: Any, bits: int, algorithm: str, gather: bool) -> Any:
+    """ONNX Runtime's quantization config for one pass."""
+    from onnxruntime.quantization.matmul_nbits_quantizer import DefaultWeightOnlyQuantConfig, HQQWeightOnlyQuantConfig
     from onnxruntime.quantization.quant_utils import QuantFormat
 
+    quant_axes = (("MatMul", 0), ("Gather", 1))
+    if algorithm == "HQQ":
+        return HQQWeightOnlyQuantConfig(
+            block_size=config.block_size, bits=bits, op_types_to_quantize=("MatMul",), quant_axes=quant_axes
+        )
+    return DefaultWeightOnlyQuantConfig(
+        block_size=config.block_size, is_symmetric=config.is_symmetric, accuracy_level=config.accuracy_level,
+        quant_format=QuantFormat.QOperator, op_types_to_quantize=("MatMul", "Gather") if gather else ("MatMul",),
+        quant_axes=quant_axes, bits=bits,
+    )
+
+
+def _quantize_nbits(model: Any, config: Any) -> Any:
+    import onnx_ir as ir
+    from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
+
     from .onnx_gather import gather_before_dequantize
-    from .onnx_weights import int8_weight_only
+    from .onnx_weights import int8_weight_only, nodes_in_modules
 
     op_types = tuple(config.op_types_to_quantize)
-    quant_axes = (("MatMul", 0), ("Gather", 1))
-    if config.algorithm == "HQQ":
-        algo = HQQWeightOnlyQuantConfig(
-            block_size=config.block_size, bits=config.bits, op_types_to_quantize=("MatMul",), quant_axes=quant_axes
-        )
-    else:
-        algo = DefaultWeightOnlyQuantConfig(
-            block_size=config.block_size, is_symmetric=config.is_symmetric, accuracy_level=config.accuracy_level,
-            quant_format=QuantFormat.QOperator, op_types_to_quantize=op_types, quant_axes=quant_axes, bits=config.bits,
-        )
-    if config.bits == 8 or config.algorithm == "HQQ":
-        algo.op_types_to_quantize = tuple(t for t in algo.op_types_to_quantize if t != "Gather")
+    excluded = list(config.nodes_to_exclude or [])
+    # ONNX Runtime quantizes an embedding at 4 bits only, and HQQ none: the others go int8 per row below
+    int4_gather = "Gather" in op_types and config.bits == 4 and config.algorithm == "DEFAULT"
     with tempfile.TemporaryDirectory() as tmp:
         # through files with external data: a model past protobuf's 2 GB limit works too
         source, target = Path(tmp, "model.onnx"), Path(tmp, "quantized.onnx")
-        ir.save(model, source, external_data="model.onnx.data")
-        copy = ir.load(source)
+        copy = model.clone() if hasattr(model, "clone") else ir.from_proto(ir.to_proto(model))
         transposed = _materialize_transposed_weights(copy) if "MatMul" in op_types else 0
-        if transposed:
-            ir.save(copy, source, external_data="model.onnx.data")
+        backup = [n for n in nodes_in_modules(copy, config.int8_modules, ("MatMul",)) if n not in excluded]
+        ir.save(copy, source, external_data="model.onnx.data")
         del copy
-        quantizer = MatMulNBitsQuantizer(
-            str(source), nodes_to_exclude=list(config.nodes_to_exclude or []), algo_config=algo,
-        )
-        quantizer.process()
-        quantizer.model.save_model_to_file(str(target), use_external_data_format=True)
-        quantized = ir.load(target)
+        passes = [(config.bits, config.algorithm, excluded + backup, None, int4_gather)]
+        if backup and config.bits != 8:
+            passes.append((8, "DEFAULT", excluded, backup, False))
+        for bits, algorithm, exclude, include, gather in passes:
+            if "MatMul" not in op_types and not gather:
+                continue
+            quantizer = MatMulNBitsQuantizer(str(source), nodes_to_exclude=exclude, nodes_to_include=include,
+                                             algo_config=_algorithm(config, bits, algorithm, gather))
+            quantizer.process()
+            quantizer.model.save_model_to_file(str(target), use_external_data_format=True)
+            source, target = target, source
+        quantized = ir.load(source)
         load_in_memory(quantized)  # before the temporary directory goes
-    if config.bits == 8 and "Gather" in op_types:
-        int8_weight_only(quantized, [n.name for n in quantized.graph if n.op_type == "Gather" and n.name])
+    if config.accuracy_level is not None:  # HQQ's config takes none
+        for node in quantized.graph:
+            if node.op_type == "MatMulNBits" and "accuracy_level" not in node.attributes:
+                node.attributes["accuracy_level"] = ir.AttrInt64("accuracy_level", config.accuracy_level)
+    if "Gather" in op_types and not int4_gather:
+        int8_weight_only(quantized, [n.name for n in quantized.graph if n.op_type == "Gather" and n.name
+                                     and n.name not in excluded])
         gather_before_dequantize(quantized)
     counts = {op: sum(1 for n in quantized.graph if n.op_type == op) for op in ("MatMul", "MatMulNBits",
                                                                                  "GatherBlockQuantized")}
-    logger.info("MatMulNBits %d-bit: %s (%d transposed weights materialised)", config.bits, counts, transposed)
+    logger.info("MatMulNBits %d-bit %s: %s (%d transposed weights materialised, %d int8 backup)", config.bits,
+                config.algorithm, counts, transposed, len(backup))
     return quantized
 
 
@@ -119,7 +140,8 @@ def _materialize_transposed_weights(model: Any) -> int:
             value = ir.Value(name=name, shape=ir.Shape(data.shape), type=ir.TensorType(source.dtype),
                              const_value=ir.tensor(data, name=name))
             graph.register_initializer(value)
-        matmul = ir.node("MatMul", [node.inputs[0], value], name=f"{node.name or 'matmul'}_transposed_weight")
+        matmul = ir.node("MatMul", [node.inputs[0], value], name=f"{node.name or 'matmul'}_transposed_weight",
+                         metadata_props=dict(node.metadata_props))  # its module path (the lm_head's)
         graph.insert_before(node, matmul)
         matmul.outputs[0].type, matmul.outputs[0].shape = node.outputs[0].type, node.outputs[0].shape
         old = node.outputs[0]

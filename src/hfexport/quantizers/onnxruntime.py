@@ -65,7 +65,8 @@ class OnnxRuntimeWeightOnlyConfig(LibraryArguments):
     dequantized. Fused attention (``GroupQueryAttention``) and the other contrib ops stay as they are.
 
     ``algorithm``: ``"DEFAULT"`` (round to nearest in each block) or ``"HQQ"`` (half-quadratic optimisation of each
-    block's scale and zero point; asymmetric, 4 bits, MatMul only).
+    block's scale and zero point, data-free; asymmetric, MatMul only). ``int8_modules``: regular expressions
+    (``re.search``) over module paths (``lm_head``) whose MatMuls get 8 bits instead of ``bits`` (round to nearest).
 
     Example:
         >>> OnnxConfig(ort_fusions="cpu", quantizer=OnnxRuntimeQuantizer(OnnxRuntimeWeightOnlyConfig(bits=4)))
@@ -78,6 +79,7 @@ class OnnxRuntimeWeightOnlyConfig(LibraryArguments):
     algorithm: str = "DEFAULT"
     op_types_to_quantize: tuple[str, ...] = ("MatMul", "Gather")
     nodes_to_exclude: list[str] | None = None
+    int8_modules: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.bits not in (4, 8):
