@@ -388,3 +388,21 @@ def test_an_image_first_class_gets_the_text_it_needs_with_its_query_token_placeh
             assert per_row == [0, 0] and inputs["qformer_input_ids"].shape == (2, 6)
         with torch.no_grad():
             model(**inputs)
+
+
+def test_a_sliding_window_the_defaults_leave_unset_gets_a_tiny_one_on_the_second_try():
+    """Step-3.7's masks ask for a sliding window that its config leaves None ("Could not find a `sliding_window`")."""
+    import torch
+
+    from hfexport.tools.matrix.worker import _eager
+
+    def run(m):
+        with torch.no_grad():
+            return m(**sample_inputs(m, "step3p7"))
+
+    plain = build_model("step3p7", "Step3p7ForConditionalGeneration")
+    assert plain.config.text_config.sliding_window is None
+    with pytest.raises(ValueError, match="sliding_window"):
+        run(plain)
+    model, _ = _eager(plain, "step3p7", "Step3p7ForConditionalGeneration", run)
+    assert model.config.text_config.sliding_window == 8

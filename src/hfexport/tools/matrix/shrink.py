@@ -121,6 +121,7 @@ SIZE_RULES: tuple[SizeRule, ...] = (
     _named("fill", 2, ("num_experts_per_tok",), fit=True),
     _named("fill", 1, ("n_shared_experts",), fit=True),
     _named("fill", VOCAB - 1, ("image_token_index",), fit=True),  # BLIP-2's placeholder, None by default
+    _named("fill", 8, ("sliding_window",), fit=True),  # Step-3.7's sliding layers find no window by default
     # second try: sizes by their name's kind
     _named("cap", 1.0, ("width_coefficient", "depth_coefficient", "width_multiplier", "depth_multiplier"), fit=True),
     _named("cap", 8, ("num_queries",), fit=True),  # a detector's top-k over the 21 tokens of a 32-pixel image
