@@ -406,3 +406,14 @@ def test_a_sliding_window_the_defaults_leave_unset_gets_a_tiny_one_on_the_second
         run(plain)
     model, _ = _eager(plain, "step3p7", "Step3p7ForConditionalGeneration", run)
     assert model.config.text_config.sliding_window == 8
+
+
+def test_features_whose_size_the_config_does_not_name_get_128_log_mel_bins():
+    """Gemma 4's audio tower names no feature size (its feature extractor's 128 bins): no recipe before."""
+    import torch
+
+    model = build_model("gemma4_audio", "Gemma4AudioModel")
+    inputs = sample_inputs(model, "gemma4_audio")
+    assert inputs["input_features"].shape[0] == 2 and 128 in inputs["input_features"].shape[1:]
+    with torch.no_grad():
+        model(**inputs)

@@ -31,6 +31,10 @@ from .shrink import FROM_TINY_CASES
 __all__ = ["NoInputRecipe", "sample_inputs"]
 
 _PAD, _FIRST_ID, _LAST_ID = 0, 3, 248
+_FEATURE_KEYS = ("input_features", "audio_mel")  # (Gemma 3n's audio tower names its log-mel features audio_mel)
+_FEATURE_SIZES = ("feature_size", "input_feat_per_channel", "num_mel_bins", "input_dim", "feature_projection_input_dim",
+                  "input_feat_size")
+_MEL_BINS = (128, 80)
 
 
 class NoInputRecipe(Exception):
@@ -106,11 +110,9 @@ def _features(model: Any, gen: torch.Generator, batch: int) -> torch.Tensor:
     positions = _find(config, "max_source_positions")
     if mel and positions:
         return torch.randn(batch, mel, 2 * positions, generator=gen)
-    feat = _find(config, "feature_size", "input_feat_per_channel", "num_mel_bins", "input_dim",
-                 "feature_projection_input_dim")
-    if not feat:
-        raise NoInputRecipe("input_features: the config names no feature size")
-    return torch.randn(batch, 32, feat, generator=gen)
+    feat = _find(config, *_FEATURE_SIZES)
+    # none named (its feature extractor's): 128 log-mel bins, the usual size (80 tried next: sample_inputs)
+    return torch.randn(batch, 32, feat or _MEL_BINS[0], generator=gen)
 
 
 def _with_boxes(inputs: dict[str, Any], gen: torch.Generator) -> Iterator[dict[str, Any]]:
@@ -190,8 +192,8 @@ def sample_inputs(model: Any, model_type: str, batch: int = 2, seq: int = 6,
         out: dict[str, torch.Tensor] = _text(model, gen, batch, seq, params)
     elif main in ("pixel_values", "pixel_values_videos"):
         out = {main: _pixels(model, gen, batch)}
-    elif main == "input_features":
-        out = {"input_features": _features(model, gen, batch)}
+    elif main in _FEATURE_KEYS:
+        out = {main: _features(model, gen, batch)}
     elif main == "input_values":
         out = {"input_values": _audio(gen, batch)}
     elif main == "past_values" and (out := series_inputs(model, gen, batch, params)):
@@ -219,8 +221,12 @@ def sample_inputs(model: Any, model_type: str, batch: int = 2, seq: int = 6,
     pixels = out.get("pixel_values")
     sides = image_sides(pixels.shape[-1]) if isinstance(pixels, torch.Tensor) and pixels.dim() == 4 else []
     layouts = {"pixel_values": image_layouts(frames, sides), "pixel_values_videos": image_layouts(frames),
-               "input_values": audio_layouts, "input_features": feature_layouts}
-    masks = feature_masks(required, _find(model.config, "num_mel_bins"))
+               "input_values": audio_layouts, **dict.fromkeys(_FEATURE_KEYS, feature_layouts)}
+    feature_key = main if main in _FEATURE_KEYS else "input_features"
+    mel = _find(model.config, "num_mel_bins")
+    masks = feature_masks(required, mel, feature_key)
+    if main in _FEATURE_KEYS and not _find(model.config, *_FEATURE_SIZES):  # no size named: 80 bins too
+        layouts[main] = lambda f: chain(feature_layouts(f), feature_layouts(f[..., : _MEL_BINS[1]].contiguous()))
     with_text = None
     if text_too:  # with image placeholders where the model takes them (BLIP-2's query tokens), else plain text
         text = _text(model, gen, batch, seq, params)

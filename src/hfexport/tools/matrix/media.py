@@ -135,13 +135,15 @@ def feature_layouts(features: torch.Tensor) -> Iterator[torch.Tensor]:
         yield features.transpose(1, 2).contiguous()
 
 
-def feature_masks(required: list[str], mel: int | None = None) -> Callable[[dict[str, Any]], Iterator[dict[str, Any]]]:
-    """Adds each required ``*_mask`` of ``input_features`` as ones over the frames: the axis that is not the
-    ``mel`` bins, else the last axis, then the middle one (the layout decides)."""
-    names = [n for n in required if n.endswith("_mask") and n.startswith("input_features")]
+def feature_masks(required: list[str], mel: int | None = None,
+                  key: str = "input_features") -> Callable[[dict[str, Any]], Iterator[dict[str, Any]]]:
+    """Adds each required ``*_mask`` of the features ``key`` (``input_features``, Gemma 3n's ``audio_mel``) as ones
+    over the frames: the axis that is not the ``mel`` bins, else the last axis, then the middle one (the layout
+    decides)."""
+    names = [n for n in required if n.endswith("_mask") and n.startswith(key)]
 
     def masks(candidate: dict[str, Any]) -> Iterator[dict[str, Any]]:
-        features = candidate.get("input_features")
+        features = candidate.get(key)
         if not names or not isinstance(features, torch.Tensor) or features.dim() != 3:
             yield candidate
             return
