@@ -163,8 +163,8 @@ def _fused_static_export(model, case, quantizer):
 def test_matmul_nbits_quantizes_every_weight_and_keeps_the_fused_attention(name, bits, max_ratio, llama, tmp_path):
     """ort-int4 / ort-int8 on a static-cache, multi-token-decode export fused for ONNX Runtime's CPU kernels: every
     MatMul with a constant weight (the packed QKV and gate/up, o_proj, down_proj) is a MatMulNBits of that many bits
-    in blocks of 32 with accuracy_level 4 (int4: HQQ, with zero points), the lm_head one of 8 bits; the embedding an
-    int8 table gathered before dequantizing; GroupQueryAttention is still there; the saved weights shrink; the
+    in blocks of 32 with accuracy_level 4, symmetric, the lm_head one of 8 bits; the embedding a 4-bit
+    GatherBlockQuantized (int4) or an int8 table gathered before dequantizing (int8); GroupQueryAttention is still there; the saved weights shrink; the
     export's own decode loop keeps eager's top-1."""
     import onnx
 
@@ -187,14 +187,15 @@ def test_matmul_nbits_quantizes_every_weight_and_keeps_the_fused_attention(name,
         assert (attributes["bits"], attributes["block_size"], attributes["accuracy_level"]) == (
             8 if head else bits, 32, 4
         ), (node.name, attributes)
-        assert len(node.input) == (4 if bits == 4 and not head else 3)  # HQQ's zero points; symmetric int8 none
+        assert len(node.input) == 3  # symmetric: no zero points (float ones, HQQ's, leave the fast kernel)
     assert [n for n in nbits if n.output[0] in outputs]
     vocab, hidden = model.config.vocab_size, model.config.hidden_size
     table = {i.name: i for i in graph.initializer}.get(
         next(n.input[0] for n in graph.node if n.op_type in ("Gather", "GatherBlockQuantized") and n.input[0]
              in initializers and list({i.name: i for i in graph.initializer}[n.input[0]].dims) == [vocab, hidden])
     )
-    assert table.data_type == onnx.TensorProto.INT8  # the embedding, int8 per row in both recipes
+    assert table.data_type == (onnx.TensorProto.INT4 if bits == 4 else onnx.TensorProto.INT8)  # the embedding
+    assert ops.count("GatherBlockQuantized") == (1 if bits == 4 else 0)
     floats = [i.name for i in graph.initializer if i.data_type == onnx.TensorProto.FLOAT and vocab in i.dims
               and hidden in i.dims]
     assert not floats  # no float copy of either left behind
@@ -377,3 +378,62 @@ def test_static_cache_quantized_export_calibrates_and_generates(name, fmt, llama
     got = reloaded.generate(input_ids=prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=16,
                             do_sample=False)
     assert torch.equal(got[0, : PROMPT_LEN + 16], sequence[0, : PROMPT_LEN + 16])
+
+
+def test_weight_only_config_hqq_and_int8_modules_change_the_quantized_graph():
+    """OnnxRuntimeWeightOnlyConfig on a two-MatMul graph: algorithm="HQQ" stores float zero points (round to nearest,
+    symmetric, none) and the configured accuracy_level, and reproduces the float result at least as closely as
+    rounding; int8_modules puts the matched MatMul (by its module path) at 8 bits, the other stays at 4."""
+    import numpy as np
+    import onnx_ir as ir
+    import onnxruntime as ort
+
+    from hfexport import OnnxRuntimeWeightOnlyConfig
+    from hfexport.quantizers.onnx_nbits import quantize_nbits
+
+    rng = np.random.default_rng(0)
+
+    def build():
+        x = ir.Value(name="x", shape=ir.Shape([4, 64]), type=ir.TensorType(ir.DataType.FLOAT))
+        weights, nodes, value = [], [], x
+        for i, path in enumerate(["model.layers.0.mlp.up_proj", "lm_head"]):
+            data = rng.standard_normal((64, 64)).astype(np.float32) if len(built) == 0 else built[0][i]
+            w = ir.Value(name=f"w{i}", shape=ir.Shape([64, 64]), type=ir.TensorType(ir.DataType.FLOAT),
+                         const_value=ir.tensor(data, name=f"w{i}"))
+            node = ir.node("MatMul", [value, w], name=f"matmul{i}",
+                           metadata_props={"pkg.torch.onnx.name_scopes": repr(["", path, f"matmul{i}"])})
+            weights.append(w), nodes.append(node)
+            value = node.outputs[0]
+        value.name = "y"
+        built.append([w.const_value.numpy() for w in weights])
+        graph = ir.Graph([x], [value], nodes=nodes, initializers=weights, opset_imports={"": 21})
+        return ir.Model(graph, ir_version=10)
+
+    built: list = []
+    feeds = {"x": rng.standard_normal((4, 64)).astype(np.float32)}
+
+    def run(model):
+        session = ort.InferenceSession(ir.to_proto(model).SerializeToString(), providers=["CPUExecutionProvider"])
+        return session.run(None, feeds)[0]
+
+    reference = run(build())
+    results = {}
+    for name, config in {
+        "rtn": OnnxRuntimeWeightOnlyConfig(bits=4),
+        "hqq": OnnxRuntimeWeightOnlyConfig(bits=4, algorithm="HQQ"),
+        "mixed": OnnxRuntimeWeightOnlyConfig(bits=4, int8_modules=(r"(^|\.)lm_head$",)),
+    }.items():
+        quantized = quantize_nbits(build(), config)
+        nodes = {n.name: n for n in quantized.graph if n.op_type == "MatMulNBits"}
+        assert len(nodes) == 2, name
+        bits = [nodes[k].attributes["bits"].value for k in sorted(nodes)]
+        assert all(n.attributes["accuracy_level"].value == 4 for n in nodes.values())
+        zero_points = [n.inputs[3] for n in nodes.values() if len(n.inputs) > 3 and n.inputs[3] is not None]
+        if name == "hqq":
+            assert len(zero_points) == 2 and all(z.const_value.dtype == ir.DataType.FLOAT for z in zero_points)
+        else:
+            assert not zero_points
+        assert bits == ([4, 8] if name == "mixed" else [4, 4]), (name, sorted(nodes), bits)
+        results[name] = float(np.abs(run(quantized) - reference).max())
+    assert 0 < results["mixed"] < results["rtn"]  # the 8-bit layer's error is smaller
+    assert 0 < results["hqq"] < results["rtn"], results

@@ -65,7 +65,8 @@ class OnnxRuntimeWeightOnlyConfig(LibraryArguments):
     dequantized. Fused attention (``GroupQueryAttention``) and the other contrib ops stay as they are.
 
     ``algorithm``: ``"DEFAULT"`` (round to nearest in each block) or ``"HQQ"`` (half-quadratic optimisation of each
-    block's scale and zero point, data-free; asymmetric, MatMul only). ``int8_modules``: regular expressions
+    block's scale and zero point, data-free; asymmetric, MatMul only: more accurate than rounding, but its float
+    zero points run on ONNX Runtime's slow MatMulNBits path, about 9x slower on CPU). ``int8_modules``: regular expressions
     (``re.search``) over module paths (``lm_head``) whose MatMuls get 8 bits instead of ``bits`` (round to nearest).
 
     Example:

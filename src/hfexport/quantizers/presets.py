@@ -13,8 +13,8 @@ Each recipe picks, for an export format, the quantizer and settings that serve i
 ``ort-int8``   ONNX Runtime ``MatMulNBits`` (``MatMulNBitsQuantizer``): int8 weights in blocks of 32, symmetric,
                ``accuracy_level=4`` (int8 activations inside the kernel); every MatMul, the tied lm_head included,
                and the embedding (int8 per row, only the looked-up rows dequantized). No calibration (ONNX only)
-``ort-int4``   4 bits in blocks of 32 by HQQ (each block's scale and zero point optimised, data-free), the lm_head
-               8 bits, the embedding int8 per row (NNCF's backup precision for the first and last layers)
+``ort-int4``   4 bits in blocks of 32 (round to nearest, symmetric), the lm_head 8 bits (NNCF's backup precision for
+               the last layer), the embedding as ``GatherBlockQuantized`` (int4, blocks of 32)
 ``nncf-int8``  NNCF ``quantize`` (int8 weights and activations, SmoothQuant alpha 0.5) on the converted ONNX /
                OpenVINO model; on the FX graph (Dynamo, ExecuTorch) NNCF int8 weight-only compression
 ``nncf-int8-weights``  NNCF int8 weight-only compression (one scale per output channel, data-free) on the
@@ -94,12 +94,14 @@ def recipe(name: str, export_format: ExportFormat | str, calibration: Iterable[d
         from .onnxruntime import OnnxRuntimeQuantizer, OnnxRuntimeWeightOnlyConfig
 
         # data-free weight-only: the calibration prompts, if any, are not needed. int4: SmolLM2, top-1 agreement on
-        # one graph over the 4 evaluation / 4 held-out prompts: round-to-nearest symmetric 74 / 69 %, asymmetric
-        # 72 / 73 %, + lm_head int8 75 / 78 %; HQQ 85 / 85 %, + lm_head int8 98 / 99 % (benchmarks/RESULTS_QUANTIZED.md)
+        # one graph over the 4 evaluation / 4 held-out prompts: round-to-nearest symmetric 74 / 69 %, + lm_head int8
+        # 75 / 73 %, asymmetric + lm_head int8 75 / 78 %; HQQ + lm_head int8 98 / 99 %, but HQQ's float zero points
+        # take MatMulNBits off its fast path (125 ms against 14 ms a token; 7.7 decode tok/s, 0.64x eager), and
+        # rounding them to int4 gives back the round-to-nearest figures (75 / 76 %). benchmarks/RESULTS_QUANTIZED.md
         if name == "ort-int8":
             config = OnnxRuntimeWeightOnlyConfig(bits=8)
         else:
-            config = OnnxRuntimeWeightOnlyConfig(bits=4, algorithm="HQQ", int8_modules=LM_HEAD_MODULES)
+            config = OnnxRuntimeWeightOnlyConfig(bits=4, int8_modules=LM_HEAD_MODULES)
         quantizer = OnnxRuntimeQuantizer(config)
     else:
         quantizer = _nncf(name, fmt, calibration)
