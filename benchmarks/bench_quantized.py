@@ -323,7 +323,7 @@ def _decode_markdown(report: dict[str, Any]) -> list[str]:
     results, exports = report["results"], report.get("exports", {})
     eager = results["eager"]["decode_tok_s"]
     lines = [
-        "## Decode speed (int8 on ONNX Runtime and OpenVINO)",
+        "## Decode speed (int8 and int4 on ONNX Runtime and OpenVINO)",
         "",
         f"`python benchmarks/bench_quantized.py --artifacts DIR --decode-only`: SmolLM2-135M, batch 1, greedy, "
         f"{report['new_tokens']} new tokens after a {report['prompt_tokens']}-token prompt, static cache "
