@@ -293,6 +293,12 @@ def test_configs_describe_their_quantizer_in_the_saved_config():
 # --- recipes and the CLI ---------------------------------------------------------------------------------------------
 
 
+def test_the_cli_offers_every_recipe():
+    from hfexport.cli.export import RECIPES as CLI_RECIPES
+
+    assert CLI_RECIPES == RECIPES
+
+
 @pytest.mark.parametrize("name", RECIPES)
 def test_each_recipe_serves_its_formats_and_refuses_the_others(name):
     serves = {

@@ -18,7 +18,6 @@ import json
 from pathlib import Path
 from typing import Any
 
-from ..quantizers.presets import RECIPES
 from .progress import Progress
 from .quiet import terminal
 
@@ -26,6 +25,11 @@ __all__ = ["add_export_parser", "cmd_export"]
 
 FORMATS = ("dynamo", "onnx", "executorch", "openvino", "aoti")
 DTYPES = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}
+# hfexport.quantizers.presets.RECIPES, spelled out: importing the quantizers would load torch, and --help must not
+# (tests/test_cli.py); tests/test_quantizers.py checks that the two lists are the same
+RECIPES = (
+    "pt2e-int8", "ort-dynamic", "ort-static", "ort-int8", "ort-int4", "nncf-int8", "nncf-int8-weights", "nncf-int4"
+)
 VALIDATE_TOKENS = 8  # greedy tokens compared with eager model.generate after a for-generation export
 
 
