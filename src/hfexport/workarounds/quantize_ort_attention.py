@@ -15,12 +15,13 @@ from typing import Any
 
 from .registry import patch_attribute, workaround
 
-__all__ = []
+__all__ = ["is_onnx_model"]
 
 _MODULE = "onnxruntime.quantization.operators.attention"
 
 
-def _applies(model: Any, inputs: dict) -> bool:
+def is_onnx_model(model: Any, inputs: dict) -> bool:
+    """``applies`` of the workarounds around ONNX Runtime's quantization: the model given is an ONNX one."""
     return type(model).__module__.split(".")[0] in ("onnx_ir", "onnx")
 
 
@@ -32,7 +33,7 @@ def _applies(model: Any, inputs: dict) -> bool:
     "ONNX Runtime then refuses ('Unrecognized attribute: is_causal for operator QAttention')",
     upstream=None,
     versions={"onnxruntime": ">=1.21,<1.33"},
-    applies=_applies,
+    applies=is_onnx_model,
 )
 def _apply(model: Any, inputs: dict) -> Callable[[], None]:
     from onnxruntime.quantization.operators.attention import AttentionQuant

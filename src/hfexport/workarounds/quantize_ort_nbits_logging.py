@@ -15,6 +15,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
+from .quantize_ort_attention import is_onnx_model
 from .registry import workaround
 
 __all__ = ["import_quietly"]
@@ -36,10 +37,6 @@ def import_quietly() -> Any:
         root.setLevel(level)
 
 
-def _applies(model: Any, inputs: dict) -> bool:
-    return type(model).__module__.split(".")[0] in ("onnx_ir", "onnx")
-
-
 @workaround(
     id="onnxruntime-nbits-root-logging",
     backend="onnx",
@@ -48,7 +45,7 @@ def _applies(model: Any, inputs: dict) -> bool:
     "every library's INFO records get printed, two lines per quantized node",
     upstream=None,
     versions={"onnxruntime": ">=1.21,<1.33"},
-    applies=_applies,
+    applies=is_onnx_model,
 )
 def _apply(model: Any, inputs: dict) -> Callable[[], None]:
     import_quietly()
