@@ -140,6 +140,17 @@ def test_a_model_that_builds_but_fails_eagerly_is_retried_with_the_second_try_ru
     assert detector.num_queries == 8 and detector.backbone_config.hidden_sizes == [64, 64, 64, 64]
 
 
+def _runs_on_inputs_of_shapes(model_type, class_name, shapes):
+    """The tiny model of ``model_type`` gets sample inputs of ``shapes`` and runs eagerly on them."""
+    import torch
+
+    model = build_model(model_type, class_name)
+    inputs = sample_inputs(model, model_type)
+    assert {k: tuple(v.shape) for k, v in inputs.items()} == shapes
+    with torch.no_grad():
+        model(**inputs)
+
+
 @pytest.mark.parametrize("model_type,class_name,shapes", [
     # a Qwen-VL vision tower: flattened patches of two 4 x 4-patch images (merge 2) and their grid rows
     ("qwen2_5_vl_vision", "Qwen2_5_VisionTransformerPretrainedModel", {"hidden_states": (32, 384), "grid_thw": (2, 3)}),
@@ -148,13 +159,7 @@ def test_a_model_that_builds_but_fails_eagerly_is_retried_with_the_second_try_ru
     ("glmasr_encoder", "GlmAsrEncoder", {"input_features": (2, 8, 32)}),  # [B, mel, frames], not [B, frames, mel]
 ])
 def test_inputs_whose_layout_the_config_does_not_say_are_found_by_running_the_model(model_type, class_name, shapes):
-    import torch
-
-    model = build_model(model_type, class_name)
-    inputs = sample_inputs(model, model_type)
-    assert {k: tuple(v.shape) for k, v in inputs.items()} == shapes
-    with torch.no_grad():
-        model(**inputs)
+    _runs_on_inputs_of_shapes(model_type, class_name, shapes)
 
 
 def test_a_shrunk_model_builds_small_deterministic_and_runs_on_its_sample_inputs():
@@ -319,13 +324,7 @@ def test_the_markdown_counts_reasons_of_one_kind_together_across_numbers_and_mod
 def test_time_series_models_get_past_values_and_their_companions_shaped_from_the_config(model_type, class_name,
                                                                                        shapes):
     """These had no sample-input recipe ('past_values') before."""
-    import torch
-
-    model = build_model(model_type, class_name)
-    inputs = sample_inputs(model, model_type)
-    assert {k: tuple(v.shape) for k, v in inputs.items()} == shapes
-    with torch.no_grad():
-        model(**inputs)
+    _runs_on_inputs_of_shapes(model_type, class_name, shapes)
 
 
 def test_layout_models_get_one_ordered_box_per_token():
