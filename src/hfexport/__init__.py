@@ -31,7 +31,7 @@ _LAZY = {
     **{name: f"hfexport.quantizers:{name}" for name in (
         "CalibrationSet", "ExportQuantizer", "NNCFOnnxQuantizer", "NNCFOpenVINOQuantizer", "NNCFQuantizationConfig",
         "NNCFTorchFXQuantizer", "NNCFWeightCompressionConfig", "OnnxRuntimeDynamicConfig", "OnnxRuntimeQuantizer",
-        "OnnxRuntimeStaticConfig", "OnnxRuntimeWeightOnlyConfig", "PT2EQuantizer")},
+        "OnnxRuntimeStaticConfig", "OnnxRuntimeWeightOnlyConfig", "PT2EQuantizer", "TorchAOQuantizer")},
     **{name: f"hfexport.registry:{name}" for name in ("AutoExportConfig", "AutoHfExporter", "register_backend")},
     "ModelRunner": "hfexport.runner:ModelRunner",
     "validate": "hfexport.validation:validate",
@@ -78,6 +78,7 @@ __all__ = [
     "NNCFTorchFXQuantizer",
     "NNCFQuantizationConfig",
     "NNCFWeightCompressionConfig",
+    "TorchAOQuantizer",
     # errors
     "HfExportError",
     "ConfigError",

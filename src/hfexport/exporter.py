@@ -1,9 +1,10 @@
 """``HfExporter``: the backend-independent export flow as a template, around backend hooks.
 
 :meth:`HfExporter.export_program` runs check → prepare → [workaround scope: trace → quantize (FX graph) → signature →
-lower] → finish (see :mod:`hfexport.stages`). A backend subclasses :class:`HfExporter`, sets ``export_format`` /
-``config_class`` / its package needs, implements :meth:`~HfExporter.lower` (the traced program to the backend's
-program) and :meth:`~HfExporter.finish` (passes over it that need no workaround), and
+lower] → finish (see :mod:`hfexport.stages`), on a quantized copy of the model when the quantizer works on the eager
+module (``quantizes_module``: quantize → export_program). A backend subclasses :class:`HfExporter`, sets
+``export_format`` / ``config_class`` / its package needs, implements :meth:`~HfExporter.lower` (the traced program to
+the backend's program) and :meth:`~HfExporter.finish` (passes over it that need no workaround), and
 :meth:`~HfExporter.save_program` / :meth:`~HfExporter.load_program`. A backend whose export is not a
 ``torch.export`` trace may override :meth:`~HfExporter.export_program` whole, as the spec allows.
 """
@@ -261,7 +262,7 @@ class HfExporter(abc.ABC):
                         strict=config.strict,
                         prefer_deferred_runtime_asserts_over_guards=config.prefer_deferred_runtime_asserts_over_guards,
                     )
-                if quantizer is not None:
+                if quantizer is not None and not quantizer.quantizes_module:  # (that one ran before the trace)
                     with stage("quantize"):
                         if quantizer.quantizes_fx_graph:
                             program = quantizer.quantize(program, sample_inputs, self.export_format)
@@ -295,7 +296,7 @@ class HfExporter(abc.ABC):
     def quantize_lowered(self, lowered: Any, step: ExportStep) -> Any:
         """Apply the config's quantizer to the backend's own model (one that does not quantize the FX graph)."""
         quantizer = getattr(step.config, "quantizer", None)
-        if quantizer is None or quantizer.quantizes_fx_graph:
+        if quantizer is None or quantizer.quantizes_fx_graph or quantizer.quantizes_module:
             return lowered
         return quantizer.quantize(lowered, step.sample_inputs, self.export_format)
 
@@ -373,6 +374,7 @@ class HfExporter(abc.ABC):
         start = time.perf_counter()
         self._component = name
         try:
+            model = self._quantized_module(name, model, inputs, config)
             program, metadata = self.export_program(model, inputs, config)
         except HfExportError:
             raise
@@ -389,6 +391,17 @@ class HfExporter(abc.ABC):
             self._component = "model"
         logger.info("exported %s (%s) in %.1fs", name, type(model).__name__, time.perf_counter() - start)
         return program, metadata
+
+    def _quantized_module(
+        self, name: str, model: torch.nn.Module, inputs: MutableMapping[str, Any], config: ExportConfigMixin
+    ) -> torch.nn.Module:
+        """A quantized copy of the (sub)model for a quantizer of the eager module (``quantizes_module``), before the
+        backend plans and traces it (its stages then see the quantized layers); the model itself otherwise."""
+        quantizer = getattr(config, "quantizer", None)
+        if quantizer is None or not quantizer.quantizes_module:
+            return model
+        with self._clock().stage("quantize", name, model, inputs):
+            return quantizer.quantize_module(model, inputs, self.export_format)
 
 
 def _warn_specialised(metadata: ExportMetadata, dynamic_shapes: Any, config: ExportConfigMixin) -> None:

@@ -1,7 +1,8 @@
 """The stages of one graph's export, as :class:`~hfexport.exporter.HfExporter`'s template runs them.
 
 check → prepare → [workaround scope: trace → quantize (FX graph) → signature → lower] → finish (plus ``capture``
-and ``calibrate`` before the graphs of ``export_for_generation``). Each stage is timed into a
+and ``calibrate`` before the graphs of ``export_for_generation``, and ``quantize`` before ``check`` for a quantizer of
+the eager module, which traces a quantized copy). Each stage is timed into a
 :class:`StageTiming`, and an exception from inside one becomes an :class:`~hfexport.errors.ExportError` that names
 the component and the stage it failed in, with a hint where the failure is a known one.
 """

@@ -28,7 +28,8 @@ DTYPES = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}
 # hfexport.quantizers.presets.RECIPES, spelled out: importing the quantizers would load torch, and --help must not
 # (tests/test_cli.py); tests/test_quantizers.py checks that the two lists are the same
 RECIPES = (
-    "pt2e-int8", "ort-dynamic", "ort-static", "ort-int8", "ort-int4", "nncf-int8", "nncf-int8-weights", "nncf-int4"
+    "pt2e-int8", "ort-dynamic", "ort-static", "ort-int8", "ort-int4", "nncf-int8", "nncf-int8-weights", "nncf-int4",
+    "torchao-8da4w",
 )
 VALIDATE_TOKENS = 8  # greedy tokens compared with eager model.generate after a for-generation export
 
@@ -48,7 +49,8 @@ def add_export_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--static-cache", type=int, metavar="N",
                    help="export against a static KV cache of N positions (default: a dynamic cache)")
     p.add_argument("--multi-token", action="store_true",
-                   help="one decode graph that takes several tokens (the prompt too, with --static-cache)")
+                   help="one decode graph that takes several tokens (the prompt too, with --static-cache, or "
+                        "on a stateful OpenVINO export)")
     p.add_argument("--dynamic", action=argparse.BooleanOptionalAction, default=None,
                    help="symbolic shapes, Dim.AUTO on every dim (default: on for generation, off for one graph)")
     p.add_argument("--dtype", choices=list(DTYPES), default="fp32", help="the weights' dtype (default: fp32)")

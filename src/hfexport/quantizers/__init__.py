@@ -19,6 +19,7 @@ from .onnxruntime import (
     OnnxRuntimeWeightOnlyConfig,
 )
 from .pt2e import PT2EQuantizer
+from .torchao import TorchAOQuantizer
 
 __all__ = [
     "ExportQuantizer",
@@ -33,4 +34,5 @@ __all__ = [
     "NNCFTorchFXQuantizer",
     "NNCFQuantizationConfig",
     "NNCFWeightCompressionConfig",
+    "TorchAOQuantizer",
 ]

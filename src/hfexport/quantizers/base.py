@@ -1,9 +1,12 @@
 """``ExportQuantizer`` and ``CalibrationSet``: the contract every post-training quantizer follows.
 
 A quantizer says which export formats it serves, which packages it needs (with the versions it is tested on), and
-whether it rewrites the ``torch.export`` FX graph (before any conversion, so every backend takes the result) or the
-model a backend converts it into (``onnx_ir.Model``, ``openvino.Model``). The exporter checks it up front
-(:meth:`ExportQuantizer.validate_environment`), before any tracing, then calls :meth:`ExportQuantizer.quantize`.
+which of three things it rewrites: the eager module, before ``torch.export`` traces it (a quantized copy, the layers'
+weights as tensor subclasses whose ops the trace records; :attr:`ExportQuantizer.quantizes_module`), the traced FX
+graph (before any conversion, so every backend takes the result; :attr:`ExportQuantizer.quantizes_fx_graph`), or the
+model a backend converts it into (``onnx_ir.Model``, ``openvino.Model``; neither flag). The exporter checks it up
+front (:meth:`ExportQuantizer.validate_environment`), before any tracing, then calls
+:meth:`ExportQuantizer.quantize_module` before each graph's trace or :meth:`ExportQuantizer.quantize` after it.
 """
 
 from __future__ import annotations
@@ -13,13 +16,16 @@ import copy
 import dataclasses
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from .._versions import TESTED, check_packages, normalize, pip_line
 from ..errors import UnsupportedError
 from ..formats import ExportFormat, parse_format
 from ..hf_model import LABEL_KEYS, OUTPUT_FLAGS
 from ..workarounds.registry import applied_workarounds
+
+if TYPE_CHECKING:
+    import torch
 
 __all__ = ["ExportQuantizer", "CalibrationSet", "LibraryArguments", "quantizer_workarounds", "traced_kwargs"]
 
@@ -81,7 +87,8 @@ class ExportQuantizer:
     """Base class for post-training quantizers applied during export.
 
     Subclasses set :attr:`supported_formats`, :attr:`required_packages` (distribution -> minimum version) and
-    :attr:`quantizes_fx_graph`, and implement :meth:`quantize`.
+    :attr:`quantizes_fx_graph` or :attr:`quantizes_module`, and implement :meth:`quantize` (the FX graph or the
+    backend's model) or :meth:`quantize_module` (the eager module, before the trace).
 
     Args:
         calibration_dataset: Input dicts the quantizer calibrates on: a list, or a ``DataLoader`` whose batches
@@ -105,6 +112,8 @@ class ExportQuantizer:
     supported_formats: ClassVar[tuple[ExportFormat, ...]] = ()
     required_packages: ClassVar[dict[str, str]] = {}
     quantizes_fx_graph: ClassVar[bool] = False
+    #: quantizes the eager module before the trace (:meth:`quantize_module`), for every graph an export traces
+    quantizes_module: ClassVar[bool] = False
 
     def __init__(
         self, calibration_dataset: Iterable[dict[str, Any]] | None = None, *, weight_only_modules: Iterable[str] = ()
@@ -153,6 +162,13 @@ class ExportQuantizer:
         """Quantize ``model`` (the ``ExportedProgram`` if :attr:`quantizes_fx_graph`, else the backend's model) and
         return the result, calibrated on ``calibration_dataset``, or on the export's ``sample_inputs``."""
         raise NotImplementedError(f"{type(self).__name__} must implement quantize()")
+
+    def quantize_module(
+        self, module: torch.nn.Module, sample_inputs: dict[str, Any], export_format: ExportFormat
+    ) -> torch.nn.Module:
+        """A quantized copy of ``module`` (the model, or the generation component about to be traced), for a
+        quantizer with :attr:`quantizes_module`; ``module`` itself, the user's model, is never changed."""
+        raise NotImplementedError(f"{type(self).__name__} must implement quantize_module()")
 
     def traced_calibration(self, sample_inputs: dict[str, Any]) -> CalibrationSet:
         """Calibration samples as the traced kwargs, for FX-graph quantizers: each sample keeps the keys the graph

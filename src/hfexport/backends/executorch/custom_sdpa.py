@@ -60,7 +60,8 @@ def custom_ops_unsupported(model: Any, inputs: Mapping[str, Any], config: Any) -
     """Why this export cannot take the custom-op attention (a reason), or ``None`` when it can."""
     if importlib.util.find_spec("executorch.extension.llm.custom_ops") is None:
         return "this executorch install has no executorch.extension.llm.custom_ops"
-    if getattr(config, "quantizer", None) is not None:
+    quantizer = getattr(config, "quantizer", None)
+    if quantizer is not None and not quantizer.quantizes_module:  # one of the eager module quantized it before
         return "a quantizer calibrates the traced graph on caches in the caller's [batch, heads, seq, dim] layout"
     model_config = getattr(model, "config", None)
     text = _text_config(model)
@@ -112,8 +113,11 @@ def unpadded_causal(mask: Any) -> bool:
 
 def register_llama_kernels() -> None:
     """Register ``llama::update_cache`` / ``llama::custom_sdpa`` (their ATen ops and, in the ExecuTorch runtime,
-    their ``.out`` kernels: a program using them fails to load its method without, error 0x14)."""
+    their ``.out`` kernels: a program using them fails to load its method without, error 0x14), and ExecuTorch's
+    quantized kernels (``quantized_decomposed::embedding_byte.out``, ``embedding_4bit.out``, ...: a quantized
+    embedding outside the delegate; the pip runtime registers them only when this module is imported)."""
     import executorch.extension.llm.custom_ops.custom_ops  # noqa: F401
+    import executorch.kernels.quantized  # noqa: F401
 
 
 def bshd_cache(cache: Any) -> Any:

@@ -24,9 +24,11 @@ __all__ = ["lower", "backend_config", "drop_tensor_checks"]
 logger = logging.getLogger(__name__)
 
 
-def backend_config(config: ExecutorchConfig, external: bool = False) -> Any:
+def backend_config(config: ExecutorchConfig, external: bool = False, quant_fusion: bool = False) -> Any:
     """The ``ExecutorchBackendConfig`` of ``to_executorch``: a memory-planning pass with the config's alloc flags;
-    ``external``: every program constant to the ``.ptd`` (see :mod:`.weights`)."""
+    ``external``: every program constant to the ``.ptd`` (see :mod:`.weights`); ``quant_fusion``: ExecuTorch's
+    quant fusion pass (torchao's ``dequantize_affine`` + ``embedding`` -> ``quantized_decomposed::embedding_byte`` /
+    ``embedding_4bit``, which have kernels; torchao's op has none)."""
     from executorch.exir import ExecutorchBackendConfig
     from executorch.exir.passes import MemoryPlanningPass
 
@@ -38,6 +40,7 @@ def backend_config(config: ExecutorchConfig, external: bool = False) -> Any:
         ),
         emit_mutable_buffer_names=True,  # a cache kept as state is reached by name (Method.get_attribute)
         external_constants=(lambda node: DATA_TAG) if external else False,
+        do_quant_fusion_and_const_prop=quant_fusion,
     )
 
 
@@ -98,7 +101,14 @@ def lower(
     )
     timings["to_edge_and_lower"] = time.perf_counter() - start
     start = time.perf_counter()
-    manager = edge.to_executorch(config=backend_config(config, external))
+    # torchao quantize/dequantize ops left outside a delegate (a torchao-quantized embedding): quant fusion
+    manager = edge.to_executorch(config=backend_config(config, external, quant_fusion=_torchao_ops_left(edge)))
     timings["to_executorch"] = time.perf_counter() - start
     logger.info("ExecuTorch lowering (%s): %s", target.name, ", ".join(f"{k} {v:.1f}s" for k, v in timings.items()))
     return manager
+
+
+def _torchao_ops_left(edge: Any) -> bool:
+    """Whether the lowered edge program calls a ``torchao`` op outside its delegates."""
+    graph = edge.exported_program().graph
+    return any(n.op == "call_function" and "torchao" in str(n.target) for n in graph.nodes)
