@@ -310,6 +310,7 @@ def test_each_recipe_serves_its_formats_and_refuses_the_others(name):
         "nncf-int8": _QUANTIZABLE,
         "nncf-int8-weights": _QUANTIZABLE,
         "nncf-int4": _QUANTIZABLE - {ExportFormat.EXECUTORCH},  # 4-bit unpacking is not core ATen
+        "torchao-8da4w": {ExportFormat.EXECUTORCH},  # tests/test_quantizer_torchao.py
     }[name]
     for fmt in ExportFormat:
         if fmt in serves:
@@ -519,3 +520,15 @@ def test_importing_the_nbits_quantizer_leaves_the_root_logger_alone():
     undo = fix.apply(None, {})
     assert logging.getLogger(MODULE).getEffectiveLevel() >= logging.WARNING
     undo()
+
+
+def test_configs_differing_only_in_calibration_samples_are_one_recipe():
+    from hfexport.quantizers.calibration import same_recipe
+
+    quantizer = recipe("nncf-int8-weights", "openvino")
+    a = OpenVINOConfig(dynamic=True, quantizer=quantizer.with_calibration([{"input_ids": torch.ones(1, 3)}]))
+    b = OpenVINOConfig(dynamic=True, quantizer=quantizer.with_calibration([{"input_ids": torch.ones(1, 5)}]))
+    assert a != b and same_recipe(a, b)
+    assert not same_recipe(a, OpenVINOConfig(dynamic=False, quantizer=quantizer))
+    assert not same_recipe(a, OpenVINOConfig(dynamic=True, quantizer=recipe("nncf-int4", "openvino")))
+    assert not same_recipe(a, OpenVINOConfig(dynamic=True))

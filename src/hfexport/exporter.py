@@ -30,7 +30,7 @@ from .configs import ExportConfigMixin, ExportFormat
 from .errors import ConfigError, ExportError, HfExportError, UnsupportedError
 from .exported import ExportedComponent, ExportedModel
 from .metadata import ExportMetadata
-from .quantizers.calibration import calibrate_components, check_quantizers
+from .quantizers.calibration import calibrate_components, check_quantizers, same_recipe
 from .signature import build_export_metadata
 from .stages import ExportStep, StageClock, StageTiming, first_lines, hint_for
 from .workarounds import applied_workarounds
@@ -166,7 +166,7 @@ class HfExporter(abc.ABC):
         for name in sorted(components, key=lambda n: n == "prefill"):
             submodel, inputs = components[name]
             decode = exported.get("decode")
-            if name == "prefill" and decode is not None and configs["prefill"] == configs["decode"] and (
+            if name == "prefill" and decode is not None and same_recipe(configs["prefill"], configs["decode"]) and (
                 self.serves_prefill(decode, inputs, multi_token_decode) or _rereads(components, decode)
             ):
                 exported[name] = decode
@@ -195,13 +195,7 @@ class HfExporter(abc.ABC):
         A multi-token decode over a static cache can: given the empty cache, the whole prompt in one call (as the
         spec's decode loop does), then every later step. A backend that cannot run it that way overrides this."""
         metadata = decode.metadata
-        if not multi_token_decode or metadata.cache_type != "StaticCache":
-            return False
-        ids = metadata.input_spec("input_ids")
-        if ids is None or len(ids.shape) != 2 or not isinstance(ids.shape[1], str):
-            return False  # the query axis was fixed at trace time: the graph cannot take a whole prompt
-        tensors = {k for k, v in prefill_inputs.items() if isinstance(v, torch.Tensor)}
-        return tensors <= set(metadata.kwargs)
+        return multi_token_decode and metadata.cache_type == "StaticCache" and metadata.takes_prompt(prefill_inputs)
 
     def export_program(
         self, model: torch.nn.Module, sample_inputs: MutableMapping[str, Any], config: ExportConfigMixin

@@ -324,6 +324,14 @@ class ExportMetadata:
         """The first flat input named one of ``names`` (``"input_ids"``), or None."""
         return next((s for s in self.inputs if s.name in names), None)
 
+    def takes_prompt(self, prefill_inputs: Mapping[str, Any]) -> bool:
+        """Whether this (decode) graph can take a whole prompt: its query axis is symbolic and it takes every tensor
+        the prefill call passes."""
+        ids = self.input_spec("input_ids")
+        if ids is None or len(ids.shape) != 2 or not isinstance(ids.shape[1], str):
+            return False  # the query axis was fixed at trace time
+        return {k for k, v in prefill_inputs.items() if hasattr(v, "shape")} <= set(self.kwargs)
+
     @property
     def cache_kwarg(self) -> str | None:
         """The kwarg that takes the cache (``past_key_values``), or None for a graph without one."""

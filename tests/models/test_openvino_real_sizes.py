@@ -6,7 +6,8 @@ width, vocabulary and depth are small so the test stays cheap; they do not touch
 CPU plugin fused the fully-masked-row ``Select`` after SDPA into its Snippets MHA kernel and computed garbage (max abs
 logit diff 1.4-2.7 on a 9-token prompt, NaN at 520 tokens with static shapes): see
 ``hfexport.workarounds.openvino_mha_postops``. Forward logits and greedy tokens against eager, batch 1 and a
-left-padded batch of 2, static and dynamic cache, SDPA and eager attention; a short prompt in the default suite, a
+left-padded batch of 2, static and dynamic cache (and, in the sweep, the growing cache served by one stateful
+multi-token IR), SDPA and eager attention; a short prompt in the default suite, a
 520-token one generating 64 tokens past the window in the sweep.
 """
 
@@ -62,10 +63,12 @@ def generation_config(model, cache: str, new_tokens: int, cache_len: int):
 def check(attn: str, cache: str, tokens: int, new_tokens: int):
     model = gemma3(attn)
     gen = generation_config(model, cache, new_tokens, tokens + new_tokens)
+    # "growing": the dynamic cache with multi-token decode, one stateful IR that runs the prompt as its first call
     exported = OpenVINOExporter().export_for_generation(
         model, prompt(2, 6, pad=2), OpenVINOConfig(dynamic=True), generation_config=gen,
-        multi_token_decode=cache == "static",
+        multi_token_decode=cache in ("static", "growing"),
     )
+    assert (exported.components["prefill"] is exported.components["decode"]) == (cache != "dynamic")
     # one plain forward export per attention implementation (the dynamic-cache case carries it)
     forward = OpenVINOExporter().export(model, prompt(2, 6, pad=2), OpenVINOConfig(dynamic=True)) if cache == "dynamic" else None
     for batch, pad in ((1, 0), (2, 5)):
@@ -82,14 +85,17 @@ def check(attn: str, cache: str, tokens: int, new_tokens: int):
 
 
 CASES = [(attn, cache) for attn in ("sdpa", "eager") for cache in ("static", "dynamic")]
+# the recommended OpenVINO recipe (one stateful IR over the growing cache): in the sweep, for the suite's time; the
+# tiny-model test in test_generate_openvino.py covers it by default
+GROWING = [pytest.param("sdpa", "growing", id="sdpa-growing", marks=pytest.mark.sweep)]
 
 
-@pytest.mark.parametrize("attn,cache", CASES, ids=["-".join(c) for c in CASES])
+@pytest.mark.parametrize("attn,cache", [pytest.param(*c, id="-".join(c)) for c in CASES] + GROWING)
 def test_short_prompt_matches_eager(attn, cache):
     check(attn, cache, tokens=12, new_tokens=16)
 
 
 @pytest.mark.sweep
-@pytest.mark.parametrize("attn,cache", CASES, ids=["-".join(c) for c in CASES])
+@pytest.mark.parametrize("attn,cache", [pytest.param(*c, id="-".join(c)) for c in CASES] + GROWING)
 def test_prompt_past_the_window_matches_eager(attn, cache):
     check(attn, cache, tokens=WINDOW + 8, new_tokens=64)

@@ -71,6 +71,10 @@ class Component:
                         f"the {self.name} graph was traced for batch {s.shape[0]} (static shapes); got batch {batch}"
                     )
                 shape[0] = batch
+                if not s.cache.static and s.cache.role in (LeafRole.KEYS, LeafRole.VALUES):
+                    # a growing layer starts empty: its symbolic (sequence) axes hold no token yet; a decode graph
+                    # that serves the prefill (a stateful OpenVINO one) takes this from the first call
+                    shape = [0 if i and isinstance(d, str) else n for i, (d, n) in enumerate(zip(s.shape, shape))]
             # a leaf the trace took on the CPU beside GPU weights (a counter) stays there
             leaves.append(torch.zeros(shape, dtype=torch_dtype(s.dtype), device="cpu" if s.device == "cpu" else device))
         return pytree.tree_unflatten(leaves, child)

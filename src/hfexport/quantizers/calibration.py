@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -19,7 +20,8 @@ import torch
 from ..pytrees import register_cache_classes, tensor_leaves
 from .base import traced_kwargs
 
-__all__ = ["traced_kwargs", "flat_feeds", "capture_calibration", "check_quantizers", "calibrate_components"]
+__all__ = ["traced_kwargs", "flat_feeds", "capture_calibration", "check_quantizers", "calibrate_components",
+           "same_recipe"]
 
 
 def flat_feeds(sample: Mapping[str, Any], keys: Sequence[str], names: Sequence[str], dtypes: Sequence[Any]) -> dict:
@@ -136,8 +138,6 @@ def calibrate_components(
     """Per-component configs for ``export_for_generation`` (whose quantizers :func:`check_quantizers` checked):
     where one config serves every component and its quantizer has ``generate``-kwargs calibration samples, one
     copy of it per component calibrating on that component's captured forward kwargs."""
-    import dataclasses
-
     quantizer = getattr(config, "quantizer", None)
     per_component = isinstance(config, Mapping) and "export_format" not in config
     if quantizer is None or per_component or quantizer.calibration_dataset is None:
@@ -152,6 +152,22 @@ def calibrate_components(
         # holds the prefill samples too
         out["prefill"] = out["decode"]
     return out
+
+
+def same_recipe(a: Any, b: Any) -> bool:
+    """Whether two component configs are equal but for their quantizers' calibration samples (calibrate_components
+    gives each component a copy of one quantizer, calibrating on that component's own calls): then one graph may
+    serve both (a stateful OpenVINO decode over a growing cache runs the prompt too, calibrated on the decode steps)."""
+    if a == b:
+        return True
+    qa, qb = getattr(a, "quantizer", None), getattr(b, "quantizer", None)
+    if qa is None or qb is None or type(qa) is not type(qb) or not dataclasses.is_dataclass(a):
+        return False
+
+    def rest(q: Any) -> dict[str, Any]:  # the settings: not the samples, nor what it read from a program (_private)
+        return {k: v for k, v in vars(q).items() if k != "calibration_dataset" and not k.startswith("_")}
+
+    return dataclasses.replace(a, quantizer=None) == dataclasses.replace(b, quantizer=None) and rest(qa) == rest(qb)
 
 
 def _static(generation_config: Any) -> bool:

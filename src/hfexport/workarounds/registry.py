@@ -143,7 +143,7 @@ _builtin_loaded = False
 #: modules import this registry, so the registry naming them by import would be a circle.
 BUILTIN_MODULES = tuple(f"hfexport.workarounds.{name}" for name in (
     "dynamo_sdpa_gqa", "onnx_sdpa_gqa", "onnx_sdpa_heads", "onnx_view_reshape", "models.mamba", "models.qwen2_vl",
-    "moe_experts", "openvino_empty_cat", "openvino_sdpa_masked_rows", "openvino_mha_postops",
+    "moe_experts", "openvino_empty_cat", "openvino_sdpa_masked_rows", "openvino_mha_postops", "openvino_scalar_converts",
     "executorch_xnnpack_visitors", "executorch_torchao_embedding_padding",
     "onnx_dequantize_per_channel", "quantize_ort_attention", "quantize_ort_nbits_logging", "quantize_xnnpack_int_scalars",
     "openvino_index_add", "openvino_repeated_outputs", "torch_var_keyword_inputs", "executorch_lifted_constants",
