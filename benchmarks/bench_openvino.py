@@ -3,8 +3,9 @@
 What runs where:
 
 - Each export runs in its own child process (``--export-child``), so its wall time and peak RSS are its own:
-  ``export_for_generation`` (static cache 256, multi-token decode: one IR serves the prompt and every step) then
-  ``save_pretrained``; the IR's bytes on disk against the model's weight bytes.
+  ``export_for_generation`` (multi-token decode: one IR serves the prompt and every step; the model's growing cache,
+  the recommended recipe, or a static cache of 256) then ``save_pretrained``; the IR's bytes on disk against the
+  model's weight bytes.
 - The peer is ``transformers.exporters``' ``OpenVINOExporter`` with the same settings, stateless and stateful. It has no
   ``generate()``; its IR is driven here by a plain loop over OpenVINO Runtime (the prompt in one call, then one token
   per call; the stateless IR gets its cache outputs back as inputs, the stateful one keeps them in its variables),
@@ -42,6 +43,8 @@ HERE = Path(__file__).resolve().parent
 F32 = {"INFERENCE_PRECISION_HINT": "f32"}
 BF16 = {"INFERENCE_PRECISION_HINT": "bf16"}
 EXPORTS = {
+    "growing": "hfexport OpenVINO, stateful, growing (dynamic) cache + multi-token decode (one IR; the plugin's "
+    "stateful attention)",
     "stateful": "hfexport OpenVINO, stateful (cache in variables), static cache 256 + multi-token decode (one IR)",
     "stateless": "hfexport OpenVINO, stateless (cache as inputs/outputs), static cache 256 + multi-token decode",
     "peer-stateless": "transformers.exporters OpenVINO (peer), stateful=False, static cache 256 + multi-token decode",
@@ -49,6 +52,7 @@ EXPORTS = {
 }
 # runtime variants: name -> (export, compile config, label suffix)
 RUNS = {
+    "growing": ("growing", None, "fp32 (default)"),
     "stateful": ("stateful", None, "fp32 (default)"),
     "stateless": ("stateless", None, "fp32 (default)"),
     "stateful-bf16": ("stateful", BF16, "bf16 (explicit option)"),
@@ -68,9 +72,11 @@ def export_child(variant: str, out: Path) -> dict:
         from hfexport.exporter_openvino import OpenVINOConfig, OpenVINOExporter
 
     def export(model: Any, sample: dict) -> Any:
+        # "growing": the model's own (dynamic) cache, which the CPU plugin fuses into its stateful attention
+        gen = None if variant == "growing" else static_generation_config(model)
         return OpenVINOExporter().export_for_generation(
-            model, sample, OpenVINOConfig(dynamic=True, stateful=stateful),
-            generation_config=static_generation_config(model), multi_token_decode=True,
+            model, sample, OpenVINOConfig(dynamic=True, stateful=stateful), generation_config=gen,
+            multi_token_decode=True,
         )
 
     record, _ = measure_export(variant, out, export)

@@ -3,9 +3,9 @@
 What runs:
 
 - Eager PyTorch ``model.generate`` (dynamic cache): the reference tokens and the reference prefill time.
-- Per backend, the generation recipe ``make demo`` uses, sized for the long prompt: ``export_for_generation`` with a
-  static cache of ``--cache-len`` (640 = 512 + 128) and a multi-token decode graph that also runs the prompt (ONNX with
-  ``ort_fusions="cpu"``), saved and loaded back; ``generate`` of ``--new-tokens`` after the 512-token prompt.
+- Per backend, its recommended generation recipe, sized for the long prompt: ``export_for_generation`` with a
+  static cache of ``--cache-len`` (640 = 512 + 128; OpenVINO: the model's growing cache, stateful) and a multi-token
+  decode graph that also runs the prompt (ONNX with ``ort_fusions="cpu"``), saved and loaded back; ``generate`` of ``--new-tokens`` after the 512-token prompt.
   Prefill = from the ``generate`` call to the first new token (the same ``TimingStreamer`` for eager and exports);
   best of ``--repeats``; the greedy tokens must equal eager's.
 - Forward parity: a plain ``export`` (no cache) of the same model, run on the 512-token prompt; the max abs diff of
@@ -35,7 +35,7 @@ import torch
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from common import ensure_importable, static_generation_config, timed_generate  # noqa: E402
+from common import ensure_importable, recipe_generation_config, timed_generate  # noqa: E402
 
 DEFAULT_BACKENDS = ("dynamo", "onnx", "openvino", "executorch", "aoti")
 RECIPE_OPTIONS = {"onnx": {"ort_fusions": "cpu"}}
@@ -80,7 +80,7 @@ def bench_backend(backend: str, model: Any, tokenizer: Any, prompt: dict, args: 
     row: dict[str, Any] = {"backend": backend}
     options = {"export_format": backend, "dynamic": True}
     config = AutoExportConfig.from_dict({**options, **RECIPE_OPTIONS.get(backend, {})})
-    gen = static_generation_config(model, args.cache_len)
+    gen = recipe_generation_config(backend, model, args.cache_len)
     sample = dict(tokenizer(["Hello, world!"], return_tensors="pt"))
     start = time.perf_counter()
     exported = AutoHfExporter.from_config(config).export_for_generation(
@@ -122,7 +122,7 @@ def run(args: argparse.Namespace) -> dict:
     }
     with tempfile.TemporaryDirectory(prefix="hfexport-prefill-") as tmp:
         for backend in args.backends:
-            print(f"[bench-prefill] {backend}: export (static cache {args.cache_len}) and a {args.prompt_len}-token "
+            print(f"[bench-prefill] {backend}: export (its generation recipe) and a {args.prompt_len}-token "
                   "prefill ...", flush=True)
             try:
                 row = bench_backend(backend, model, tokenizer, prompt, args, Path(tmp), eager_logits)
@@ -149,7 +149,7 @@ def render(report: dict) -> str:
         f"## Prefill latency, {report['prompt_tokens']}-token prompt (SmolLM2-135M, fp32, batch 1, CPU)",
         "",
         f"`python benchmarks/bench_prefill.py`. Each backend's generation recipe with a static cache of "
-        f"{report['cache_len']} and one multi-token graph; prefill = `generate()` call to the first new token, best "
+        f"{report['cache_len']} (OpenVINO: its stateful growing cache) and one multi-token graph; prefill = `generate()` call to the first new token, best "
         f"of {report['repeats']}; tokens = the first {report['new_tokens']} greedy tokens against eager's. Forward "
         f"parity: a plain export's logits on the same prompt against eager's. Load average at start/end: "
         f"{load(report['load_start'])} / {load(report['load_end'])}.",

@@ -3,8 +3,9 @@
 Two tables, in benchmarks/RESULTS_QUANTIZED.md (and .json):
 
 - Agreement (the default run): for each (recipe, format) pair (the CLI's ``--quantize`` recipes,
-  hfexport.quantizers.presets), in a child process of its own: ``export_for_generation`` with a static cache and
-  multi-token decode (``--graphs pipeline``: the one graph the decode-speed rows deploy) and the recipe calibrated on
+  hfexport.quantizers.presets), in a child process of its own: ``export_for_generation`` with a static cache (on
+  OpenVINO the model's growing cache, stateful) and multi-token decode (``--graphs pipeline``: the one graph the
+  decode-speed rows deploy) and the recipe calibrated on
   CALIBRATION, ``save_pretrained``, ``ExportedModel.from_pretrained``, then the weight bytes on disk
   (hfexport.tools.measure.weight_bytes) against the fp32 model's parameter bytes, and the top-1 agreement:
   eager greedy-decodes 64 tokens from each prompt (argmax, EOS included), the export prefills the prompt and runs
@@ -12,8 +13,8 @@ Two tables, in benchmarks/RESULTS_QUANTIZED.md (and .json):
   Scored on the 4 EVAL_PROMPTS (the recipe variants were compared on these) and on 4 HELDOUT_PROMPTS (written after
   the recipes were fixed; benchmarks/quant_prompts.py).
 - Decode speed (``--decode``): the int8 rows on ONNX Runtime (ort-dynamic) and OpenVINO (nncf-int8) and their fp32
-  references, each exported once with a static cache of 256 and multi-token decode (one graph serves the prompt and
-  every step, as bench_onnx / bench_openvino do) in a child process of its own (export s and peak RSS via VmHWM, from
+  references, each exported once with a static cache of 256 (OpenVINO: its growing cache, stateful) and multi-token
+  decode (one graph serves the prompt and every step, as bench_onnx / bench_openvino do) in a child process of its own (export s and peak RSS via VmHWM, from
   benchmarks/common.py) and saved under one folder; then every saved artifact is loaded and timed with eager
   ``model.generate`` in the same process: batch 1, greedy, 128 new tokens, interleaved rounds, best of --repeats.
 
@@ -65,7 +66,7 @@ DECODE_PAIRS = [
     (None, "onnx"), ("ort-dynamic", "onnx"), *FUSED_PAIRS,
     (None, "openvino"), ("nncf-int8", "openvino"), ("nncf-int8-weights", "openvino"), ("nncf-int4", "openvino"),
 ]
-BITS = {None: 32, "nncf-int4": 4, "ort-int4": 4}  # every other recipe: 8
+BITS = {None: 32, "nncf-int4": 4, "ort-int4": 4, "torchao-8da4w": 4}  # every other recipe: 8 (8da4w: 4-bit linears)
 
 
 def _config(fmt: str) -> Any:
@@ -136,8 +137,8 @@ def child(recipe_name: str | None, fmt: str, out: Path, graphs: str = "pipeline"
     start = time.perf_counter()
     if graphs == "pipeline":
         sample = dict(tokenizer("Hello there, my friend", return_tensors="pt"))
-        exported = exporter.export_for_generation(model, sample, config, multi_token_decode=True,
-                                                  generation_config=common.static_generation_config(model))
+        gen = common.recipe_generation_config(fmt.partition("+")[0], model)
+        exported = exporter.export_for_generation(model, sample, config, multi_token_decode=True, generation_config=gen)
     else:
         # a batch of 2 for the capture: OpenVINO's stateful pass cannot start a cache traced at batch 1 (its batch
         # axis is then pinned to 1 while the initial state takes beam_idx's)
@@ -204,7 +205,8 @@ def export_artifact(name: str, out: Path) -> dict:
         config = _config(fmt)
         config.quantizer = _calibrated_recipe(recipe_name, fmt, tokenizer)
         return AutoHfExporter.from_config(config).export_for_generation(
-            model, sample, config, generation_config=common.static_generation_config(model), multi_token_decode=True
+            model, sample, config, generation_config=common.recipe_generation_config(fmt.partition("+")[0], model),
+            multi_token_decode=True,
         )
 
     record, _ = common.measure_export(name, out, export)
@@ -220,7 +222,7 @@ def save_artifacts(folder: Path, pairs: list[tuple[str | None, str]]) -> dict[st
     records = json.loads(records_path.read_text()) if records_path.exists() else {}
     for pair in pairs:
         name = _pair_name(*pair)
-        print(f"[bench_quantized] exporting {name} (static cache {common.STATIC_CACHE_LEN}) ...", flush=True)
+        print(f"[bench_quantized] exporting {name} ...", flush=True)
         shutil.rmtree(folder / name, ignore_errors=True)
         records[name] = common.run_export_child(__file__, name, folder / name, what="quantized export",
                                                 timeout=7200, keep_going=True)
@@ -327,7 +329,7 @@ def _decode_markdown(report: dict[str, Any]) -> list[str]:
         "",
         f"`python benchmarks/bench_quantized.py --artifacts DIR --decode-only`: SmolLM2-135M, batch 1, greedy, "
         f"{report['new_tokens']} new tokens after a {report['prompt_tokens']}-token prompt, static cache "
-        f"{common.STATIC_CACHE_LEN} + multi-token decode (one graph), each artifact exported once and loaded from "
+        f"{common.STATIC_CACHE_LEN} (OpenVINO: its growing cache, stateful) + multi-token decode (one graph), each artifact exported once and loaded from "
         "disk, "
         f"timed with eager in the same process; best of {report['repeats']} interleaved rounds. Load average at "
         f"start/end: {report.get('loads_avg', '?')}.",

@@ -56,6 +56,17 @@ def static_generation_config(model: Any, max_cache_len: int = STATIC_CACHE_LEN) 
     return gen
 
 
+# backends whose generation recipe keeps the model's growing cache: OpenVINO's stateful IR, which the CPU plugin fuses
+# into its stateful attention (bench_openvino.py's first row); the others take a static cache
+GROWING_CACHE = ("openvino",)
+
+
+def recipe_generation_config(backend: str, model: Any, max_cache_len: int = STATIC_CACHE_LEN) -> Any:
+    """The generation config of ``backend``'s recommended recipe: ``None`` (the model's own, growing cache) for
+    :data:`GROWING_CACHE`, else :func:`static_generation_config`."""
+    return None if backend in GROWING_CACHE else static_generation_config(model, max_cache_len)
+
+
 def ort_session_options(threads: int | None) -> Any:
     """ONNX Runtime session options with ``threads`` intra-op threads (None: ONNX Runtime's default)."""
     import onnxruntime as ort

@@ -37,6 +37,8 @@ ROWS = [
      "peer: transformers.exporters ONNX, same recipe, spec's in-place io-binding loop"),
     ("RESULTS_ONNX", "peer-runner", "peer", "onnx (peer)",
      "peer: transformers.exporters ONNX, same recipe, its own runner (runners['decode'])"),
+    ("RESULTS_OPENVINO", "growing", "growing", "openvino",
+     "hfexport OpenVINO, stateful, growing cache, one multi-token IR (the plugin's stateful attention), fp32"),
     ("RESULTS_OPENVINO", "stateful", "stateful", "openvino", "hfexport OpenVINO, stateful, static cache 256, fp32"),
     ("RESULTS_OPENVINO", "stateless", "stateless", "openvino", "hfexport OpenVINO, stateless, static cache 256, fp32"),
     ("RESULTS_OPENVINO", "peer-stateless", "peer-stateless", "openvino (peer)",
