@@ -21,6 +21,7 @@ threads call one runner at once and each carries its own generation; :meth:`Open
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 from typing import Any
@@ -33,10 +34,13 @@ from ...configs import ExportFormat
 from ...errors import UnsupportedError
 from ...metadata import ExportMetadata
 from ...runner import ModelRunner
+from .causal import fused_with_state, use_plugin_causal
 from .convert import input_names, output_names
 from .stateful import BEAM_IDX, state_pairs, variable_id
 
 __all__ = ["OpenVINORunner", "compile_properties"]
+
+logger = logging.getLogger(__name__)
 
 _F32_DEFAULTS = {"INFERENCE_PRECISION_HINT": "f32", "KV_CACHE_PRECISION": "f32"}
 
@@ -94,15 +98,13 @@ class OpenVINORunner(ModelRunner):
 
     def __init__(self, program: Any, metadata: ExportMetadata, device: Any = None, config: dict | None = None,
                  torch_threads: int | None = None):
-        import openvino as ov
-
         super().__init__(metadata)
         if torch_threads is not None:
             torch.set_num_threads(int(torch_threads))
         self.program = program
         self.device = _device_name(device)
         self.properties = compile_properties(metadata, config, self.device, torch_threads)
-        self.compiled = ov.Core().compile_model(program, self.device, self.properties)
+        self.compiled = _compile(program, self.device, self.properties)
         self._local = threading.local()  # per thread: .sequence (see _sequence)
         self._sequence()  # the loading thread's request now, so a device that cannot make one fails at load
         names = [set(port.get_names()) for port in self.compiled.inputs]
@@ -250,6 +252,23 @@ def _numpy(tensor: torch.Tensor) -> np.ndarray:
     if tensor.dtype == torch.bfloat16:
         raise UnsupportedError("bfloat16 inputs have no numpy type; cast them to float32 or export in float32")
     return tensor.numpy() if tensor.is_contiguous() else np.ascontiguousarray(tensor.numpy())
+
+
+def _compile(program: Any, device: str, properties: dict[str, Any]) -> Any:
+    """``Core.compile_model``; on the CPU, attention over a mask the graph proves purely causal takes the plugin's
+    causal flag, where the plugin fuses it with its cache state (:mod:`.causal`; the model as saved otherwise)."""
+    import openvino as ov
+
+    core = ov.Core()
+    if device == "CPU":
+        rewritten, names = use_plugin_causal(program)
+        if names:
+            compiled = core.compile_model(rewritten, device, properties)
+            if fused_with_state(compiled, names):
+                logger.info("OpenVINO CPU: %d attention nodes take the plugin's causal flag", len(names))
+                return compiled
+            logger.info("OpenVINO CPU: the causal rewrite's attention was not fused with its state; kept the mask")
+    return core.compile_model(program, device, properties)
 
 
 def _device_name(device: Any) -> str:
