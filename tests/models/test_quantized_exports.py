@@ -359,12 +359,14 @@ def test_openvino_int8_weight_only_stores_int8_with_per_channel_scales():
 def test_static_cache_quantized_export_calibrates_and_generates(name, fmt, llama, tmp_path):
     """The decode-speed artifact of benchmarks/bench_quantized.py: a calibrated recipe on a static cache with
     multi-token decode (one graph serves the prompt and every step, so it calibrates on the prompts too: their
-    samples need the decode graph's mask and an allocated cache). Reloaded, its greedy tokens are eager's."""
+    samples need the decode graph's mask and an allocated cache). Reloaded, it generates the tokens the export did
+    before the save, and keeps eager's top-1 as the other int8 pairs do (its greedy text need not be eager's: on an
+    AVX2-only AMD EPYC, whose int8 kernels round otherwise, it departed at the 14th of 16 new tokens)."""
     import copy
 
     case, model, sequence, calibration = llama
     generation = copy.deepcopy(model.generation_config)
-    generation.cache_implementation, generation.max_cache_len, generation.do_sample = "static", 48, False
+    generation.cache_implementation, generation.max_cache_len, generation.do_sample = "static", 80, False
     config = AutoExportConfig.from_dict({"export_format": fmt, "dynamic": True})
     config.quantizer = recipe(name, fmt, calibration)
     with warnings.catch_warnings():
@@ -377,7 +379,10 @@ def test_static_cache_quantized_export_calibrates_and_generates(name, fmt, llama
     prompt = sequence[:, :PROMPT_LEN]
     got = reloaded.generate(input_ids=prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=16,
                             do_sample=False)
-    assert torch.equal(got[0, : PROMPT_LEN + 16], sequence[0, : PROMPT_LEN + 16])
+    before = exported.generate(input_ids=prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=16,
+                               do_sample=False)
+    assert torch.equal(got, before)
+    assert top1_agreement(reloaded, sequence, PROMPT_LEN) >= PAIRS[(name, fmt)][1]
 
 
 def test_weight_only_config_hqq_and_int8_modules_change_the_quantized_graph():
