@@ -8,8 +8,8 @@ causal mask transformers builds in the graph. This script exports SmolLM2 with t
 (``PERF_COUNT``) and checks both copies' greedy tokens (prompt + 32 steps) against eager's. Measured 2026-12-03
 (a helper session running beside it): attention 1724 -> 443 ms, the whole prefill 3.69 -> 2.43 s profiled, tokens equal on two
 prompts. Only a pure causal mask may be replaced (no padding, no sliding window: Gemma's window is an extra ``And``),
-and only over a growing cache (the plugin aligns ``causal`` to the end of the keys): the rewrite that would ship has
-to prove both from the graph.
+and only where the plugin fuses the attention with its state (that kernel aligns ``causal`` to the end of the keys):
+the runner now does this at compile time, with the proof, in ``hfexport.backends.openvino.causal``.
 
     python benchmarks/openvino_causal_prefill_probe.py
 """
