@@ -122,6 +122,10 @@ SIZE_RULES: tuple[SizeRule, ...] = (
     _named("fill", 1, ("n_shared_experts",), fit=True),
     _named("fill", VOCAB - 1, ("image_token_index",), fit=True),  # BLIP-2's placeholder, None by default
     _named("fill", 8, ("sliding_window",), fit=True),  # Step-3.7's sliding layers find no window by default
+    # a sine position embedding of 2 x num_pos_feats channels added to the hidden states (SAM's prompt/image)
+    _named("cap", HIDDEN // 2, ("num_pos_feats",), fit=True),
+    # a width a sub-config derives from its hidden size when left None, passed back at the default's value (ViT)
+    _named("cap", HIDDEN, ("pooler_output_size",), fit=True),
     # second try: sizes by their name's kind
     _named("cap", 1.0, ("width_coefficient", "depth_coefficient", "width_multiplier", "depth_multiplier"), fit=True),
     _named("cap", 8, ("num_queries",), fit=True),  # a detector's top-k over the 21 tokens of a 32-pixel image
@@ -129,7 +133,7 @@ SIZE_RULES: tuple[SizeRule, ...] = (
                        r"mlp_hidden_size|feed_forward_hidden_size|feed_forward_size|inner_dim)", fit=True),
     _named("cap", HIDDEN, r"(hidden_size|hidden_dim|embed_dim|embedding_dim|embedding_size|channels|channel_list|"
                           r"condition_dim|proj_size|projection_size|output_dim|quantization_dim|codebook_dim|"
-                          r"conv_dim|tdnn_dim|d_model|feature_dim|model_dim|latent_dim|_groups$)",  # groups <= width
+                          r"conv_dim|tdnn_dim|d_model|feature_dim|model_dim|latent_dim|bottleneck_size|_groups$)",  # groups <= width
            fit=True),
     _named("cap", VOCAB, "vocab", fit=True),
 )
@@ -157,6 +161,9 @@ OVERRIDES: dict[str, dict[str, Any]] = {
     "gemma3": {"mm_tokens_per_image": 4},  # 16 patches of 32-pixel images pooled 2 x 2
     "esm": {"pad_token_id": 1},  # its padding mask compares ids with it (None by default)
     "t5": {"relative_attention_num_buckets": 8, "relative_attention_max_distance": 32},
+    # its head convolution is round_filters(1280) wide, hard-coded, and hidden_dim must equal it (B0 multipliers)
+    "efficientnet": {"width_coefficient": 1.0, "depth_coefficient": 1.0, "hidden_dim": 1280},
+    "lilt": {"hidden_size": 96},  # its layout embedding is 6 slices of hidden_size // 6: a multiple of 6
     "codegen": {"rotary_dim": HEAD_DIM // 2},  # rotates 64 dims by default: more than a head has
     "gptj": {"rotary_dim": HEAD_DIM // 2},
     # defaults to a pure-Mamba stack; Granite 4.0-H mixes in attention layers
@@ -297,6 +304,18 @@ def _layer_count(values: dict[str, Any]) -> int | None:
     return None
 
 
+def _derived(config_class: Any, values: dict[str, Any], shrunk: dict[str, Any]) -> set[str]:
+    """The keys of a sub-config's ``values`` that its class computes from its fields (SAM's prompt encoder:
+    ``image_embedding_size = image_size // patch_size``) and the rules left alone: passed back as they were, they
+    would override what the shrunk fields make of them."""
+    import dataclasses
+
+    if not dataclasses.is_dataclass(config_class):
+        return set()
+    fields = {f.name for f in dataclasses.fields(config_class)}
+    return {k for k in values if k not in fields and k not in shrunk and not k.startswith("_") and k != "model_type"}
+
+
 def tiny_config(model_type: str, fit: bool = False) -> Any:
     """The shrunk config of ``model_type`` (defaults of its config class, then the rules, then :data:`OVERRIDES`).
 
@@ -314,7 +333,9 @@ def tiny_config(model_type: str, fit: bool = False) -> Any:
         sub = getattr(default, key, None)
         if _is_config(sub):
             sub_values = sub.to_dict()
-            kwargs[key] = {**sub_values, **_shrunk(sub_values, _layer_count(sub_values), fit)}
+            shrunk = _shrunk(sub_values, _layer_count(sub_values), fit)
+            derived = _derived(type(sub), sub_values, shrunk) if fit else set()
+            kwargs[key] = {**{k: v for k, v in sub_values.items() if k not in derived}, **shrunk}
     for key, value in OVERRIDES.get(model_type, {}).items():
         kwargs[key] = {**kwargs[key], **value} if isinstance(value, dict) and isinstance(kwargs.get(key), dict) else value
     return config_class(**kwargs)
@@ -356,6 +377,10 @@ def _build(cls: Any, config: Any) -> Any:
     import torch
     from transformers import GenerationConfig
 
+    wanted = getattr(cls, "config_class", None)
+    if isinstance(wanted, type) and not isinstance(config, wanted):  # a decoder class of a composite model type
+        # (MusicgenForCausalLM of "musicgen" takes the MusicgenDecoderConfig inside it)
+        config = next((v for v in vars(config).values() if isinstance(v, wanted)), config)
     if cls.__name__.endswith(_CAUSAL_SUFFIXES) and getattr(config, "is_decoder", None) is False:
         # a BERT-style decoder class (BertGenerationDecoder, RobertaForCausalLM...) is causal, with a cache, only
         # with is_decoder=True, which transformers asks a standalone user to set ("add `is_decoder=True`")
