@@ -24,7 +24,7 @@ from typing import Any
 import torch
 
 from .media import GRID_KEYS, audio_layouts, feature_layouts, feature_masks, first_that_runs, grid_candidates, \
-    image_layouts, image_sides, variants, window_side
+    image_layouts, image_sides, patch_candidates, variants, window_side
 from .series import series_inputs
 from .shrink import FROM_TINY_CASES
 
@@ -188,6 +188,9 @@ def sample_inputs(model: Any, model_type: str, batch: int = 2, seq: int = 6,
         config = getattr(model.config, "vision_config", None) or model.config
         return first_that_runs(model, grid_candidates(config, gen, batch, params))
     main = getattr(model, "main_input_name", "input_ids")
+    if main == "pixel_values" and "spatial_shapes" in params:  # a NaFlex tower (SigLIP 2): patches, mask, shapes
+        config = getattr(model.config, "vision_config", None) or model.config
+        return first_that_runs(model, patch_candidates(config, gen, batch, _pixels(model, gen, batch).shape[-1]))
     if main == "input_ids":
         out: dict[str, torch.Tensor] = _text(model, gen, batch, seq, params)
     elif main in ("pixel_values", "pixel_values_videos"):
@@ -222,6 +225,9 @@ def sample_inputs(model: Any, model_type: str, batch: int = 2, seq: int = 6,
     sides = image_sides(pixels.shape[-1]) if isinstance(pixels, torch.Tensor) and pixels.dim() == 4 else []
     layouts = {"pixel_values": image_layouts(frames, sides), "pixel_values_videos": image_layouts(frames),
                "input_values": audio_layouts, **dict.fromkeys(_FEATURE_KEYS, feature_layouts)}
+    codebooks = _find(model.config, "num_codebooks")
+    if main == "input_ids" and isinstance(codebooks, int) and codebooks > 1:  # MusicGen's rows: one per codebook
+        layouts["input_ids"] = lambda ids: iter((ids, ids.repeat_interleave(codebooks, dim=0)))
     feature_key = main if main in _FEATURE_KEYS else "input_features"
     mel = _find(model.config, "num_mel_bins")
     masks = feature_masks(required, mel, feature_key)

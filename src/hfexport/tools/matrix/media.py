@@ -3,7 +3,7 @@ tried in order until the tiny model runs on one eagerly (it is a few millisecond
 
 - vision towers of Qwen-VL-like models (a required ``grid_thw``): flattened patches ``[patches, C * T * P * P]``
   (or ``[patches, C, P, P]``, ``[patches, C, T, P, P]``) of two images of ``2 * merge`` patches a side, with their
-  ``grid_thw`` rows ``[1, side, side]``;
+  ``grid_thw`` rows ``[1, side, side]``; a NaFlex tower's (``spatial_shapes``) patches of one image per row;
 - ``pixel_values`` ``[B, C, H, W]``, then as a video ``[B, frames, C, H, W]`` / ``[B, C, frames, H, W]`` (frames from
   the config's ``num_frames``), then one image per row ``[B, 1, C, H, W]``, then larger square images (64, 128, 224
   pixels); a windowed tower's images are large enough for a whole window at its last stage from the first try;
@@ -24,7 +24,7 @@ from typing import Any
 
 import torch
 
-__all__ = ["GRID_KEYS", "first_that_runs", "variants", "grid_candidates", "window_side", "image_sides", "image_layouts",
+__all__ = ["GRID_KEYS", "first_that_runs", "variants", "grid_candidates", "patch_candidates", "window_side", "image_sides", "image_layouts",
            "audio_layouts", "feature_layouts", "feature_masks"]
 
 GRID_KEYS = ("grid_thw", "image_grid_thw")
@@ -83,6 +83,20 @@ def grid_candidates(config: Any, gen: torch.Generator, batch: int, params: Any) 
         flat = torch.randn(n, channels * t * patch * patch, generator=gen)
         for pixels in (flat, flat.view(n, channels, t, patch, patch) if t > 1 else flat.view(n, channels, patch, patch)):
             yield {name: pixels, grid_key: grid, **extra}
+
+
+def patch_candidates(config: Any, gen: torch.Generator, batch: int, side: int) -> Iterator[dict[str, Any]]:
+    """Images already cut into patches, for a NaFlex tower (SigLIP 2: a ``spatial_shapes`` input): ``pixel_values``
+    ``[B, patches, C * P * P]`` of a ``side``-pixel square image, its ``pixel_attention_mask`` (ones) and
+    ``spatial_shapes`` rows ``[side // P, side // P]``."""
+    get = lambda *names: next((getattr(config, n) for n in names if getattr(config, n, None) is not None), None)  # noqa: E731
+    patch = _int(get("patch_size"), 8)
+    channels = _int(get("num_channels", "in_channels"), 3)
+    per_side = max(1, side // patch)
+    n = per_side * per_side
+    yield {"pixel_values": torch.randn(batch, n, channels * patch * patch, generator=gen),
+           "pixel_attention_mask": torch.ones(batch, n, dtype=torch.long),
+           "spatial_shapes": torch.tensor([[per_side, per_side]] * batch)}
 
 
 def window_side(config: Any) -> int:
