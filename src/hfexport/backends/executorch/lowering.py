@@ -95,7 +95,7 @@ def lower(
     start = time.perf_counter()
     edge = to_edge_transform_and_lower(
         program,
-        partitioner=target.partitioners(model),
+        partitioner=target.partitioners(model, program),
         compile_config=target.compile_config(),
         transform_passes=target.transform_passes(),
     )

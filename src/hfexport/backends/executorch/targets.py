@@ -29,7 +29,7 @@ class Target:
 
     name: str
     check: Callable[[Any, Mapping[str, Any]], None]
-    partitioners: Callable[[Any], list]
+    partitioners: Callable[[Any, Any], list]  # (model, the traced program) -> partitioners
     compile_config: Callable[[], Any]
     transform_passes: Callable[[], Any] = lambda: None
 
@@ -52,15 +52,26 @@ def _check_xnnpack(model: Any, inputs: Mapping[str, Any]) -> None:
             raise UnsupportedError(f"ExecuTorch XNNPACK runs on the CPU; input {name!r} is on {value.device}")
 
 
-def _xnnpack_partitioners(model: Any) -> list:
+def _xnnpack_partitioners(model: Any, program: Any) -> list:
     from executorch.backends.xnnpack.partition.config.xnnpack_config import ConfigPrecisionType
     from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
 
+    if not _quantizes_activations_at_run_time(program):
+        return [XnnpackPartitioner()]
     # dynamically quantized linears first, each its own partition (as ExecuTorch's LLM export does): grouped with
     # the rest, their run-time choose_qparams nodes made "Invalid partition, found dependency cycles" (SmolLM2,
-    # static cache); a graph without dynamic quantization has nothing for it to take
+    # static cache). Only then: on an fp32 graph this per-op partitioner still takes every op whose config has no
+    # precision (add, mul, cat, ...), one partition each: 87 delegates instead of 33 for six SmolLM2 layers, and
+    # export time grows with the delegates (each is preprocessed and its graph legalised on its own)
     dynamic = XnnpackPartitioner(config_precisions=ConfigPrecisionType.DYNAMIC_QUANT, per_op_mode=True)
     return [dynamic, XnnpackPartitioner()]
+
+
+def _quantizes_activations_at_run_time(program: Any) -> bool:
+    """Whether ``program`` computes activation quantization parameters at run time (a ``choose_qparams`` op: PT2E
+    dynamic quantization, torchao's 8da4w)."""
+    graph = program.graph_module.graph if hasattr(program, "graph_module") else None
+    return graph is None or any(n.op == "call_function" and "choose_qparams" in str(n.target) for n in graph.nodes)
 
 
 # --- cuda -------------------------------------------------------------------------------------------------------------
@@ -85,7 +96,7 @@ def _check_cuda(model: Any, inputs: Mapping[str, Any]) -> None:
                                "Use backend='xnnpack' for the CPU.")
 
 
-def _cuda_partitioners(model: Any) -> list:
+def _cuda_partitioners(model: Any, program: Any) -> list:
     from executorch.backends.cuda.cuda_backend import CudaBackend
     from executorch.backends.cuda.cuda_partitioner import CudaPartitioner
 
@@ -134,7 +145,7 @@ def _check_mlx(model: Any, inputs: Mapping[str, Any]) -> None:
         raise UnsupportedError(f"ExecutorchConfig(backend='mlx') cannot lower on this machine: {reason}")
 
 
-def _mlx_partitioners(model: Any) -> list:
+def _mlx_partitioners(model: Any, program: Any) -> list:
     from executorch.backends.mlx.partitioner import MLXPartitioner
 
     return [MLXPartitioner()]
