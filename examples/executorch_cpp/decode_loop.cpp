@@ -8,8 +8,8 @@
 // The indices come from the export's typed signature (export.json; see README.md): the inputs named input_ids,
 // position_ids and attention_mask, the logits output, and each cache-update output with the input it updates.
 // Every other input is a cache tensor, zero-initialised. Prints the prompt and the generated tokens, comma-separated.
-// A MODEL.ptd beside MODEL.pte (hfexport writes one for a model with tied weights: every weight stored once there)
-// is loaded as the method's named data.
+// A MODEL.ptd beside MODEL.pte (hfexport writes one for a model with tied weights: every weight stored once there),
+// else the model.ptd that an export's programs share, is loaded as the method's named data.
 
 #include <executorch/extension/data_loader/file_data_loader.h>
 #include <executorch/extension/flat_tensor/flat_tensor_data_map.h>
@@ -120,6 +120,10 @@ int main(int argc, char** argv) {
   const size_t stem = args.model.size() - suffix.size();
   if (args.model.size() > suffix.size() && args.model.compare(stem, suffix.size(), suffix) == 0) {
     std::string data_path = args.model.substr(0, stem) + ".ptd";
+    if (!std::ifstream(data_path).good()) {  // the export's programs share one: model.ptd in the same folder
+      const size_t slash = args.model.find_last_of('/');
+      data_path = (slash == std::string::npos ? std::string() : args.model.substr(0, slash + 1)) + "model.ptd";
+    }
     if (std::ifstream(data_path).good()) {
       auto opened = FileDataLoader::from(data_path.c_str());
       if (!opened.ok()) fail("cannot open " + data_path);

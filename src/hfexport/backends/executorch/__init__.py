@@ -7,6 +7,7 @@ Modules, one concern each:
 - :mod:`.state`: a static cache kept in the program as mutable buffers.
 - :mod:`.custom_sdpa`: that cache written by ``llama::update_cache`` and attended by ``llama::custom_sdpa``, where valid.
 - :mod:`.weights`: a tied weight stored once (the weights in a ``.ptd`` beside the ``.pte``).
+- :mod:`.shared`: the weights of an export's programs (prefill and decode) stored once, in one shared ``model.ptd``.
 - :mod:`.exporter` / :mod:`.runner`: the backend's ``HfExporter`` and ``ModelRunner`` (``executorch.runtime``).
 """
 

@@ -23,7 +23,8 @@ from .layout import record_program_outputs
 from .lowering import lower
 from .state import FoldedState, fold_cache_state, keeps_cache_state
 from .targets import target_for
-from .weights import data_path, has_tied_weights, write_data
+from .shared import data_path, share_data, shares_weights
+from .weights import has_tied_weights, own_data_path, write_data
 
 __all__ = ["ExecutorchExporter"]
 
@@ -81,7 +82,9 @@ class ExecutorchExporter(HfExporter):
         folded = None
         if plan.stateful:
             program, folded = fold_cache_state(program, metadata, *plan.leaves())
-        manager = lower(program, step.config, plan.target, step.model, step.parts, external=plan.external)
+        # a tied weight, or weights that a second program of the export shares: to a .ptd (then one shared file)
+        external = plan.external or (step.config.backend == "xnnpack" and shares_weights(step.component, metadata))
+        manager = lower(program, step.config, plan.target, step.model, step.parts, external=external)
         return _Lowered(manager, folded)
 
     def finish(self, lowered: Any, metadata: ExportMetadata, step: ExportStep) -> Any:
@@ -102,21 +105,22 @@ class ExecutorchExporter(HfExporter):
         if source is not None:
             if Path(source).resolve() != Path(path).resolve():
                 shutil.copyfile(source, path)
-                if data_path(source).exists():
-                    shutil.copyfile(data_path(source), data_path(path))
+                if data_path(source).exists():  # its own .ptd or the shared one: saved as its own, merged again
+                    shutil.copyfile(data_path(source), own_data_path(path))
             return
         with open(path, "wb") as file:
             program.write_to_file(file)
         write_data(program, path)
 
     def save_programs(self, programs: Mapping[str, Any], directory: Path) -> dict[str, list[str]]:
-        """As the default, plus each program's ``.ptd`` (its weights, when stored outside the ``.pte``)."""
+        """As the default, plus each program's ``.ptd`` (its weights, when stored outside the ``.pte``); the ``.ptd``
+        files of several programs merged into one, each weight stored once (see :mod:`.shared`)."""
         files = super().save_programs(programs, directory)
         for names in files.values():
-            ptd = data_path(names[0]).name
+            ptd = own_data_path(names[0]).name
             if (Path(directory) / ptd).exists() and ptd not in names:
                 names.append(ptd)
-        return files
+        return share_data(Path(directory), files)
 
     def load_program(self, path: str | Path) -> Any:
         """The ``.pte`` as an ``executorch.runtime.Program`` (the spec's contract: the export-time

@@ -103,7 +103,7 @@ def check_program(pte: Path) -> Path | None:
     Raises:
         ManifestError: listing every problem, each naming the file and the plan, delegate or operator.
     """
-    from .weights import data_path
+    from .shared import data_path
 
     folder, ptd = pte.parent, data_path(pte)
     problems: list[str] = []

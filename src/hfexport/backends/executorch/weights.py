@@ -8,7 +8,8 @@ segment, delegate data to its named data. Tagging both for the same external fil
 the two copies are one buffer: every program constant via ``ExecutorchBackendConfig(external_constants=...)``,
 every XNNPACK weight via the placeholders' ``meta["custom"]["delegate_constant_tag"]`` (read by XNNPACK's
 ``node_visitor``). The ``.pte`` then holds the graph, the ``.ptd`` the weights, and the runtime loads both
-(``Runtime.load_program(pte, data_path=ptd)``). Models without tied weights keep the single ``.pte``.
+(``Runtime.load_program(pte, data_path=ptd)``). Models without tied weights keep the single ``.pte``, unless a
+second program of the export shares its weights (:mod:`.shared`: then one ``.ptd`` serves both).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from typing import Any
 import torch
 from torch.export.graph_signature import InputKind
 
-__all__ = ["DATA_TAG", "data_path", "has_tied_weights", "tag_weights_external", "write_data"]
+__all__ = ["DATA_TAG", "has_tied_weights", "own_data_path", "tag_weights_external", "write_data"]
 
 DATA_TAG = "weights"
 _WEIGHT_KINDS = (InputKind.PARAMETER, InputKind.BUFFER, InputKind.CONSTANT_TENSOR)
@@ -49,8 +50,9 @@ def tag_weights_external(program: torch.export.ExportedProgram, tag: str = DATA_
     return count
 
 
-def data_path(pte: str | Path) -> Path:
-    """Where the ``.ptd`` of the ``.pte`` at ``pte`` lives: beside it, same stem."""
+def own_data_path(pte: str | Path) -> Path:
+    """Where the ``.ptd`` written for the ``.pte`` at ``pte`` alone lives: beside it, same stem (the programs of one
+    export may then share one, see :mod:`.shared`)."""
     return Path(pte).with_suffix(".ptd")
 
 
@@ -61,7 +63,7 @@ def write_data(manager: Any, pte: str | Path) -> Path | None:
         return None
     if len(files) != 1:  # ours: DATA_TAG (weights); the CUDA backend's: "aoti_cuda_blob" (kernels and weights)
         raise RuntimeError(f"expected one external data file, the program has {sorted(files)}")
-    target = data_path(pte)
+    target = own_data_path(pte)
     with open(target, "wb") as file:
         next(iter(files.values())).write_to_file(file)  # a Cord: written piece by piece, never joined in memory
     return target
