@@ -138,34 +138,40 @@ def _feature_count(features: Any) -> int:
 
 
 def _with_image(model: Any, gen: torch.Generator, batch: int, text: dict[str, torch.Tensor]) -> dict[str, Any]:
-    """One image per row: ``pixel_values`` and as many image tokens as the vision tower makes features, right
-    after each row's left padding. Falls back to the text alone (``{}``) when the model needs more than that
-    (image sizes, grids) or takes no plain image-token id: the eager forward decides."""
+    """One image per row: ``pixel_values`` (``[B, C, H, W]``, else ``[B, 1, C, H, W]``: Idefics-like towers take
+    images per row) and as many image tokens as the vision tower makes features, right after each row's left
+    padding. Falls back to the text alone (``{}``) when the model needs more than that (image sizes, grids) or takes
+    no plain image-token id: the eager forward decides."""
     config = model.config
     token = getattr(config, "image_token_id", None)
     token = getattr(config, "image_token_index", None) if token is None else token
-    if not isinstance(token, int) or not hasattr(model, "get_image_features"):
+    # (a head class without it, ModernVBERT's masked LM: its base model's)
+    features = getattr(model, "get_image_features", None) or getattr(model.base_model, "get_image_features", None)
+    if not isinstance(token, int) or features is None:
         return {}
-    pixels = _pixels(model, gen, batch)
+    images = _pixels(model, gen, batch)
     hidden = config.get_text_config(decoder=True).hidden_size
-    try:
-        with torch.no_grad():
-            per_image = _feature_count(model.get_image_features(pixel_values=pixels)) // (batch * hidden)
-        ids, mask = text["input_ids"], text.get("attention_mask", torch.ones_like(text["input_ids"]))
-        rows, masks = [], []
-        for row, row_mask in zip(ids, mask, strict=True):
-            n_pad = int((row_mask == 0).sum())
-            block = torch.full((per_image,), token, dtype=row.dtype)
-            rows.append(torch.cat([row[:n_pad], block, row[n_pad:]]))
-            masks.append(torch.cat([row_mask[:n_pad], torch.ones(per_image, dtype=row_mask.dtype), row_mask[n_pad:]]))
-        candidate = {"input_ids": torch.stack(rows), "pixel_values": pixels}
-        if "attention_mask" in text:
-            candidate["attention_mask"] = torch.stack(masks)
-        with torch.no_grad():
-            model(**candidate)
-    except Exception:  # noqa: BLE001 - this family needs more than pixels + tokens: text only
-        return {}
-    return candidate
+    for pixels in (images, images.unsqueeze(1)):
+        try:
+            with torch.no_grad():
+                per_image = _feature_count(features(pixel_values=pixels)) // (batch * hidden)
+            ids, mask = text["input_ids"], text.get("attention_mask", torch.ones_like(text["input_ids"]))
+            rows, masks = [], []
+            for row, row_mask in zip(ids, mask, strict=True):
+                n_pad = int((row_mask == 0).sum())
+                block = torch.full((per_image,), token, dtype=row.dtype)
+                rows.append(torch.cat([row[:n_pad], block, row[n_pad:]]))
+                masks.append(torch.cat([row_mask[:n_pad], torch.ones(per_image, dtype=row_mask.dtype),
+                                        row_mask[n_pad:]]))
+            candidate = {"input_ids": torch.stack(rows), "pixel_values": pixels}
+            if "attention_mask" in text:
+                candidate["attention_mask"] = torch.stack(masks)
+            with torch.no_grad():
+                model(**candidate)
+        except Exception:  # noqa: BLE001 - this family needs more than pixels + tokens: next layout, or text only
+            continue
+        return candidate
+    return {}
 
 
 def sample_inputs(model: Any, model_type: str, batch: int = 2, seq: int = 6,
@@ -206,7 +212,8 @@ def sample_inputs(model: Any, model_type: str, batch: int = 2, seq: int = 6,
     if main == "input_ids" and "pixel_values" in params and model.can_generate():  # image-text-to-text
         out.update(_with_image(model, gen, batch, out))
     elif main == "input_ids" and "pixel_values" in params and not model.can_generate():  # CLIP-like dual encoders
-        out["pixel_values"] = _pixels(model, gen, batch)
+        # (or an encoder over text with image tokens: ModernVBERT)
+        out.update(_with_image(model, gen, batch, out) or {"pixel_values": _pixels(model, gen, batch)})
     elif main in ("pixel_values", "pixel_values_videos") and "input_ids" in params and not model.can_generate():
         out.update(_text(model, gen, batch, seq, params))
     # an image-first class whose text is optional (BLIP, Kosmos-2) or required (BLIP-2): tried with it below
