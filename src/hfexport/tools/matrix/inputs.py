@@ -115,6 +115,39 @@ def _features(model: Any, gen: torch.Generator, batch: int) -> torch.Tensor:
     return torch.randn(batch, 32, feat or _MEL_BINS[0], generator=gen)
 
 
+def _is_hidden_like(name: str) -> bool:
+    """A float input of hidden states rather than ids or media: ``inputs_embeds``, BLIP-2 Q-Former's
+    ``query_embeds``, a drafter's ``context_hidden_states``, a codec decoder's ``latents``."""
+    return name.endswith(("_embeds", "hidden_states")) or name == "latents"
+
+
+def _widths(config: Any) -> list[int]:
+    """Widths a hidden-state input may have: the hidden size first, then the config's other ``*_dim`` /
+    ``*_size`` values (a codec's latent or codebook dim)."""
+    text = config.get_text_config(decoder=True) if hasattr(config, "get_text_config") else config
+    first = [getattr(c, "hidden_size", None) for c in (config, text)]
+    rest = [v for k, v in sorted(config.to_dict().items()) if k.endswith(("_dim", "_size")) and "vocab" not in k]
+    return [w for w in dict.fromkeys(first + rest) if isinstance(w, int) and not isinstance(w, bool) and 1 < w <= 1024]
+
+
+def _hidden_states(model: Any, gen: torch.Generator, batch: int, seq: int, names: list[str],
+                   base: dict[str, Any], params: Any) -> Iterator[dict[str, Any]]:
+    """``base`` with random ``[B, seq, width]`` (then ``[B, width, seq]``) tensors under ``names[0]``, for each of
+    the config's candidate widths; the other ``names`` get the same width, then each other width (a drafter's
+    context is the target model's width), and, where a cross-attention block reads them (BLIP-2's Q-Former), so do
+    optional ``encoder_hidden_states``."""
+    widths = _widths(model.config)
+    others = names[1:] + (["encoder_hidden_states"] if "encoder_hidden_states" in params and
+                          "encoder_hidden_states" not in names else [])
+    for width in widths:
+        states = torch.randn(batch, seq, width, generator=gen)
+        for tensor in (states, states.transpose(1, 2).contiguous()):
+            yield {**base, **dict.fromkeys(names, tensor)}
+            for other in widths if others else ():
+                context = torch.randn(batch, seq, other, generator=gen)
+                yield {**base, names[0]: tensor, **dict.fromkeys(others, context)}
+
+
 def _with_boxes(inputs: dict[str, Any], gen: torch.Generator) -> Iterator[dict[str, Any]]:
     """``inputs`` with a ``bbox`` ``[B, S, 4]`` of one box per token, ``x0 <= x1`` and ``y0 <= y1``: int
     coordinates in ``[0, 1000]`` (LayoutLM's), then the same boxes normalised to ``[0, 1]``, then without boxes."""
@@ -207,6 +240,9 @@ def sample_inputs(model: Any, model_type: str, batch: int = 2, seq: int = 6,
         out = {"input_values": _audio(gen, batch)}
     elif main == "past_values" and (out := series_inputs(model, gen, batch, params)):
         return out
+    elif _is_hidden_like(main):
+        names = [main, *(n for n in required if n != main and _is_hidden_like(n))]
+        return first_that_runs(model, _hidden_states(model, gen, batch, seq, names, {}, params))
     else:
         raise NoInputRecipe(f"no sample-input recipe for the main input {main!r}")
     if main == "input_ids" and "pixel_values" in params and model.can_generate():  # image-text-to-text
@@ -223,6 +259,8 @@ def sample_inputs(model: Any, model_type: str, batch: int = 2, seq: int = 6,
             out[name] = _pixels(model, gen, batch) if name == "pixel_values" else _audio(gen, batch)
         elif name not in out and name.endswith("input_ids") and not (text_too and name == "input_ids"):
             out.update(_named_text(model, gen, batch, seq, params, name[: -len("input_ids")]))  # InstructBLIP's
+    if hidden := [n for n in required if n not in out and _is_hidden_like(n)]:  # BLIP-2 Q-Former's query_embeds
+        out = first_that_runs(model, _hidden_states(model, gen, batch, seq, hidden, out, params))
     if getattr(model.config, "is_encoder_decoder", False) and "decoder_input_ids" in params:
         out["decoder_input_ids"] = _decoder_ids(model, gen, batch, seq)
     if "bbox" in params and isinstance(out.get("input_ids"), torch.Tensor):  # a layout model: a box per token
