@@ -263,6 +263,8 @@ def sample_inputs(model: Any, model_type: str, batch: int = 2, seq: int = 6,
         out = first_that_runs(model, _hidden_states(model, gen, batch, seq, hidden, out, params))
     if getattr(model.config, "is_encoder_decoder", False) and "decoder_input_ids" in params:
         out["decoder_input_ids"] = _decoder_ids(model, gen, batch, seq)
+    if "lang_ids" in params and isinstance(out.get("input_ids"), torch.Tensor):  # X-MOD's adapters: language 0
+        out["lang_ids"] = torch.zeros(out["input_ids"].shape[0], dtype=torch.long)
     if "bbox" in params and isinstance(out.get("input_ids"), torch.Tensor):  # a layout model: a box per token
         out = first_that_runs(model, _with_boxes(out, gen))
     frames = _find(model.config, "num_frames", "frames_per_clip") or 2
@@ -270,6 +272,12 @@ def sample_inputs(model: Any, model_type: str, batch: int = 2, seq: int = 6,
     sides = image_sides(pixels.shape[-1]) if isinstance(pixels, torch.Tensor) and pixels.dim() == 4 else []
     layouts = {"pixel_values": image_layouts(frames, sides), "pixel_values_videos": image_layouts(frames),
                "input_values": audio_layouts, **dict.fromkeys(_FEATURE_KEYS, feature_layouts)}
+    if main == "input_values" and isinstance(mel_bins := _find(model.config, "num_mel_bins"), int):
+        # a spectrogram under the raw-audio name (AST): [B, max_length frames, mel bins] after the raw layouts
+        frames = _find(model.config, "max_length")
+        frames = frames if isinstance(frames, int) and 0 < frames <= 4096 else 32
+        spectrogram = torch.randn(batch, frames, mel_bins, generator=gen)
+        layouts["input_values"] = lambda v: chain(audio_layouts(v), feature_layouts(spectrogram))
     codebooks = _find(model.config, "num_codebooks")
     if main == "input_ids" and isinstance(codebooks, int) and codebooks > 1:  # MusicGen's rows: one per codebook
         layouts["input_ids"] = lambda ids: iter((ids, ids.repeat_interleave(codebooks, dim=0)))
