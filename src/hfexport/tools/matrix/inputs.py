@@ -227,9 +227,10 @@ def sample_inputs(model: Any, model_type: str, batch: int = 2, seq: int = 6,
         config = getattr(model.config, "vision_config", None) or model.config
         return first_that_runs(model, grid_candidates(config, gen, batch, params))
     main = getattr(model, "main_input_name", "input_ids")
-    if main == "pixel_values" and "spatial_shapes" in params:  # a NaFlex tower (SigLIP 2): patches, mask, shapes
-        config = getattr(model.config, "vision_config", None) or model.config
-        return first_that_runs(model, patch_candidates(config, gen, batch, _pixels(model, gen, batch).shape[-1]))
+    if (main == "pixel_values" and "spatial_shapes" in params) or {"pixel_values", "pixel_position_ids"} <= {*required}:
+        config = getattr(model.config, "vision_config", None) or model.config  # a NaFlex tower: patches
+        side = _pixels(model, gen, batch).shape[-1]
+        return first_that_runs(model, patch_candidates(config, gen, batch, side, params))
     if main == "input_ids":
         out: dict[str, torch.Tensor] = _text(model, gen, batch, seq, params)
     elif main in ("pixel_values", "pixel_values_videos"):

@@ -85,18 +85,24 @@ def grid_candidates(config: Any, gen: torch.Generator, batch: int, params: Any) 
             yield {name: pixels, grid_key: grid, **extra}
 
 
-def patch_candidates(config: Any, gen: torch.Generator, batch: int, side: int) -> Iterator[dict[str, Any]]:
-    """Images already cut into patches, for a NaFlex tower (SigLIP 2: a ``spatial_shapes`` input): ``pixel_values``
-    ``[B, patches, C * P * P]`` of a ``side``-pixel square image, its ``pixel_attention_mask`` (ones) and
-    ``spatial_shapes`` rows ``[side // P, side // P]``."""
+def patch_candidates(config: Any, gen: torch.Generator, batch: int, side: int,
+                     params: Any) -> Iterator[dict[str, Any]]:
+    """Images already cut into patches, for a NaFlex tower (SigLIP 2: a ``spatial_shapes`` input; Gemma 4's:
+    ``pixel_position_ids``): ``pixel_values`` ``[B, patches, C * P * P]`` of a square image of ``side`` pixels (then
+    1.5, 2 and 3 times as many, for a pooling kernel that must tile the patch grid), with whichever of
+    ``pixel_attention_mask`` (ones), ``spatial_shapes`` (``[side // P] * 2`` per row) and ``pixel_position_ids``
+    (``[B, patches, 2]``, the (x, y) of each patch) the forward takes."""
     get = lambda *names: next((getattr(config, n) for n in names if getattr(config, n, None) is not None), None)  # noqa: E731
     patch = _int(get("patch_size"), 8)
     channels = _int(get("num_channels", "in_channels"), 3)
-    per_side = max(1, side // patch)
-    n = per_side * per_side
-    yield {"pixel_values": torch.randn(batch, n, channels * patch * patch, generator=gen),
-           "pixel_attention_mask": torch.ones(batch, n, dtype=torch.long),
-           "spatial_shapes": torch.tensor([[per_side, per_side]] * batch)}
+    for per_side in dict.fromkeys(max(1, side * k // (2 * patch)) for k in (2, 3, 4, 6)):
+        n = per_side * per_side
+        ys, xs = torch.meshgrid(torch.arange(per_side), torch.arange(per_side), indexing="ij")
+        extra = {"pixel_attention_mask": torch.ones(batch, n, dtype=torch.long),
+                 "spatial_shapes": torch.tensor([[per_side, per_side]] * batch),
+                 "pixel_position_ids": torch.stack([xs.flatten(), ys.flatten()], -1).expand(batch, -1, -1).clone()}
+        yield {"pixel_values": torch.randn(batch, n, channels * patch * patch, generator=gen),
+               **{k: v for k, v in extra.items() if k in params}}
 
 
 def window_side(config: Any) -> int:
