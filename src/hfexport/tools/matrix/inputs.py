@@ -17,6 +17,7 @@ pixels are too few. Layout models (a ``bbox`` parameter) get one ordered box per
 from __future__ import annotations
 
 import inspect
+import math
 from collections.abc import Iterator
 from itertools import chain
 from typing import Any
@@ -246,6 +247,10 @@ def sample_inputs(model: Any, model_type: str, batch: int = 2, seq: int = 6,
         return first_that_runs(model, _hidden_states(model, gen, batch, seq, names, {}, params))
     else:
         raise NoInputRecipe(f"no sample-input recipe for the main input {main!r}")
+    alias = None  # a main_input_name the forward does not take, for its one other required input (VibeVoice's
+    if main not in params and len(missing := [n for n in required if n not in out]) == 1:  # encoder: hidden_states)
+        alias = missing[0]
+        out[alias] = out.pop(main)
     if main == "input_ids" and "pixel_values" in params and model.can_generate():  # image-text-to-text
         out.update(_with_image(model, gen, batch, out))
     elif main == "input_ids" and "pixel_values" in params and not model.can_generate():  # CLIP-like dual encoders
@@ -279,6 +284,13 @@ def sample_inputs(model: Any, model_type: str, batch: int = 2, seq: int = 6,
         frames = frames if isinstance(frames, int) and 0 < frames <= 4096 else 32
         spectrogram = torch.randn(batch, frames, mel_bins, generator=gen)
         layouts["input_values"] = lambda v: chain(audio_layouts(v), feature_layouts(spectrogram))
+    ratios = _find(model.config, "downsampling_ratios", "upsampling_ratios")
+    hop = math.prod(ratios) if isinstance(ratios, (list, tuple)) and all(isinstance(r, int) for r in ratios) else 1
+    if main == "input_values" and 1920 < 16 * hop <= 160_000:  # a codec's 16 frames at its total stride
+        long_audio, short = torch.randn(batch, 16 * hop, generator=gen), layouts["input_values"]
+        layouts["input_values"] = lambda v: chain(short(v), audio_layouts(long_audio))
+    if alias is not None and main in layouts:
+        layouts[alias] = layouts[main]
     codebooks = _find(model.config, "num_codebooks")
     if main == "input_ids" and isinstance(codebooks, int) and codebooks > 1:  # MusicGen's rows: one per codebook
         layouts["input_ids"] = lambda ids: iter((ids, ids.repeat_interleave(codebooks, dim=0)))
