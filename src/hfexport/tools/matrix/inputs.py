@@ -303,6 +303,8 @@ def sample_inputs(model: Any, model_type: str, batch: int = 2, seq: int = 6,
     if text_too:  # with image placeholders where the model takes them (BLIP-2's query tokens), else plain text
         text = _text(model, gen, batch, seq, params)
         with_text = {**out, **text, **_with_image(model, gen, batch, text)}
+    # the aliased main input may be hidden states after all (VibeVoice's acoustic decoder: latents)
+    states = _hidden_states(model, gen, batch, seq, [alias], out, params) if alias and _is_hidden_like(alias) else ()
     out = first_that_runs(model, chain(variants(out, layouts, masks),
-                                       variants(with_text, layouts, masks) if with_text else ()))
+                                       variants(with_text, layouts, masks) if with_text else (), states))
     return {k: v for k, v in out.items() if not (for_generation and k == "decoder_input_ids")}
