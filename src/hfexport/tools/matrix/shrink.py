@@ -315,7 +315,8 @@ def _derived(config_class: Any, values: dict[str, Any], shrunk: dict[str, Any]) 
     if not dataclasses.is_dataclass(config_class):
         return set()
     fields = {f.name for f in dataclasses.fields(config_class)}
-    return {k for k in values if k not in fields and k not in shrunk and not k.startswith("_") and k != "model_type"}
+    kept = ("model_type", "out_features", "out_indices", "stage_names")  # a backbone's choice of stages: no derivation
+    return {k for k in values if k not in fields and k not in shrunk and not k.startswith("_") and k not in kept}
 
 
 def tiny_config(model_type: str, fit: bool = False) -> Any:
