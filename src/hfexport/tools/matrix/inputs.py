@@ -247,9 +247,9 @@ def sample_inputs(model: Any, model_type: str, batch: int = 2, seq: int = 6,
         return first_that_runs(model, _hidden_states(model, gen, batch, seq, names, {}, params))
     else:
         raise NoInputRecipe(f"no sample-input recipe for the main input {main!r}")
-    alias = None  # a main_input_name the forward does not take, for its one other required input (VibeVoice's
-    if main not in params and len(missing := [n for n in required if n not in out]) == 1:  # encoder: hidden_states)
-        alias = missing[0]
+    alias = None  # a media main_input_name the forward does not take, for its one other required input
+    if main != "input_ids" and main not in params and len(missing := [n for n in required if n not in out]) == 1:
+        alias = missing[0]  # (VibeVoice's acoustic encoder: input_values, forward(hidden_states))
         out[alias] = out.pop(main)
     if main == "input_ids" and "pixel_values" in params and model.can_generate():  # image-text-to-text
         out.update(_with_image(model, gen, batch, out))
