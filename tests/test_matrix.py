@@ -162,6 +162,40 @@ def test_inputs_whose_layout_the_config_does_not_say_are_found_by_running_the_mo
     _runs_on_inputs_of_shapes(model_type, class_name, shapes)
 
 
+@pytest.mark.parametrize("model_type,class_name,shapes", [
+    # second try: SAM's derived image_embedding_size recomputed, 2 x num_pos_feats = the decoder's 64 channels
+    ("sam", "SamModel", {"pixel_values": (2, 3, 32, 32)}),
+    # the decoder class of a composite model type gets its sub-config; ids one row per codebook (4)
+    ("musicgen", "MusicgenForCausalLM", {"input_ids": (8, 6), "attention_mask": (2, 6)}),
+    # a NaFlex tower: 4 x 4 patches of 8 x 8 pixels, their mask and the grid per row
+    ("siglip2_vision_model", "Siglip2VisionModel",
+     {"pixel_values": (2, 16, 192), "pixel_attention_mask": (2, 16), "spatial_shapes": (2, 2)}),
+    # hidden-state inputs: the Q-Former's query embeddings and the image features it cross-attends to
+    ("blip_2_qformer", "Blip2QFormerModel",
+     {"input_ids": (2, 6), "attention_mask": (2, 6), "query_embeds": (2, 6, 64), "encoder_hidden_states": (2, 6, 64)}),
+    # main_input_name input_values, forward(hidden_states): mono audio of 16 frames at the 3200-sample stride
+    ("vibevoice_acoustic_tokenizer_encoder", "VibeVoiceAcousticTokenizerEncoderModel", {"hidden_states": (2, 1, 51200)}),
+    ("modernvbert", "ModernVBertForMaskedLM",  # an encoder over text with image tokens: an image (1 token) a row
+     {"input_ids": (2, 7), "attention_mask": (2, 7), "pixel_values": (2, 1, 3, 32, 32)}),
+])
+def test_models_the_matrix_could_not_build_or_feed_before_run_eagerly(model_type, class_name, shapes):
+    """Each of these was cannot-build, no-inputs or eager-fails (issue 22); ``_eager`` is the worker's own path
+    (the second try of the shrinking rules when the first model does not run)."""
+    import torch
+
+    from hfexport.tools.matrix.worker import _eager
+
+    def run(m):
+        inputs = sample_inputs(m, model_type)
+        with torch.no_grad():
+            m(**inputs)
+        return inputs
+
+    model, inputs = _eager(build_model(model_type, class_name), model_type, class_name, run)
+    assert {k: tuple(v.shape) for k, v in inputs.items()} == shapes
+    assert sum(p.numel() for p in model.parameters()) < 30_000_000
+
+
 def test_a_shrunk_model_builds_small_deterministic_and_runs_on_its_sample_inputs():
     import torch
 
