@@ -232,7 +232,7 @@ def _shrunk(values: dict[str, Any], layers_before: int | None, fit: bool = False
     """The overrides for one (sub)config, given its values (``to_dict()``) and its original layer count; ``fit``
     adds the rules of the second try (:func:`build_model`)."""
     out: dict[str, Any] = {}
-    layers, hybrid = _hybrid_layers(values, _layers(values, layers_before, fit))
+    layers, hybrid = _hybrid_layers(values, _layers(values, layers_before, fit), fit)
     for key, value in values.items():
         if isinstance(value, bool):
             continue
@@ -271,13 +271,14 @@ def _rule(key: str, value: Any, fit: bool) -> SizeRule | None:
     return next((r for r in SIZE_RULES if (fit or not r.fit) and r.reaches(key) and r.applies(value)), None)
 
 
-def _hybrid_layers(values: dict[str, Any], layers: int) -> tuple[int, dict[str, Any]]:
+def _hybrid_layers(values: dict[str, Any], layers: int, fit: bool = False) -> tuple[int, dict[str, Any]]:
     """The layer count and overrides that keep one attention layer in a hybrid stack whose first ``layers`` layers
     are all linear attention, SSM, convolution or MLP (Qwen3-Next: 3 of 4 layers linear; Jamba: attention every 8th
     layer, from the 5th). Without one, transformers' own generate() fails ("get_seq_length can only be called on
     Attention layers"), and the stack would not exercise both kinds of cache. The last kept layer becomes the first
     attention-like one, or, where that layer's kind would then be gone (Nemotron-H: Mamba, then MoE), one more
-    layer is added."""
+    layer is added. With ``fit``, a stack cut to sliding layers only gets its last layer back as
+    ``full_attention`` where the full stack has one (NeoMME's validator asks for one)."""
     out: dict[str, Any] = {}
     keys = [k for k in _LAYER_TYPE_KEYS if isinstance(values.get(k), list) and values[k]
             and all(isinstance(t, str) for t in values[k])]
@@ -289,6 +290,8 @@ def _hybrid_layers(values: dict[str, Any], layers: int) -> tuple[int, dict[str, 
             kept = [*head[:-1], first] if head[-1] in head[:-1] else [*head, first]
             layers = len(kept)
             out.update(dict.fromkeys(keys, kept))
+        elif fit and "full_attention" in types and len(head) == layers and "full_attention" not in head:
+            out.update(dict.fromkeys(keys, [*head[:-1], "full_attention"]))  # NeoMME: sliding layers need a global one
     period, offset = values.get("attn_layer_period"), values.get("attn_layer_offset")
     if isinstance(period, int) and isinstance(offset, int) and offset >= layers:
         out.update(attn_layer_period=layers, attn_layer_offset=layers - 1)
@@ -332,8 +335,7 @@ def tiny_config(model_type: str, fit: bool = False) -> Any:
     default = config_class()
     values = default.to_dict()
     kwargs = _shrunk(values, _layer_count(values), fit)
-    for key in list(vars(default)):
-        sub = getattr(default, key, None)
+    for key, sub in list(vars(default).items()):  # (no getattr: a heterogeneous config refuses per-layer reads)
         if _is_config(sub):
             sub_values = sub.to_dict()
             shrunk = _shrunk(sub_values, _layer_count(sub_values), fit)
