@@ -246,8 +246,12 @@ def _shrunk(values: dict[str, Any], layers_before: int | None, fit: bool = False
         elif isinstance(value, list) and layers_before and len(value) == layers_before and layers_before > layers:
             out[key] = value[:layers]
         elif (rule := _rule(key, value, fit)) is not None and (new := rule(value)) != value:
-            out[key] = new
+            if not (fit and rule.op == "set" and isinstance(value, int) and 0 < value < new):
+                out[key] = new  # (second try: a set never grows a default, ZAYA routes to 1 expert only)
     out.update(hybrid)
+    heads, kv = values.get("num_attention_heads"), values.get("num_key_value_heads")
+    if fit and isinstance(heads, int) and heads == kv:  # multi-head attention stays so (ESMC refuses grouping)
+        out["num_key_value_heads"] = out.get("num_attention_heads", heads)
     rope_dim = values.get("qk_rope_head_dim")
     if isinstance(rope_dim, int) and values.get("head_dim") == rope_dim:  # multi-head latent attention's rotary dim
         out["head_dim"] = out.get("qk_rope_head_dim", rope_dim)
