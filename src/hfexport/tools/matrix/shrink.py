@@ -128,6 +128,8 @@ SIZE_RULES: tuple[SizeRule, ...] = (
     _named("cap", HIDDEN, ("pooler_output_size",), fit=True),
     # a codec's base width, doubled at each of its down/upsampling stages (VibeVoice: 32 x 2^6 = 2048 channels)
     _named("cap", 4, ("num_filters", "n_filters"), fit=True),
+    # layers reading another layer's cache: none of 2 layers (each kind must keep a layer that makes its cache)
+    _named("cap", 0, ("num_kv_shared_layers",), fit=True),
     # second try: sizes by their name's kind
     _named("cap", 1.0, ("width_coefficient", "depth_coefficient", "width_multiplier", "depth_multiplier"), fit=True),
     _named("cap", 8, ("num_queries",), fit=True),  # a detector's top-k over the 21 tokens of a 32-pixel image
