@@ -130,6 +130,12 @@ SIZE_RULES: tuple[SizeRule, ...] = (
     _named("cap", 4, ("num_filters", "n_filters"), fit=True),
     # layers reading another layer's cache: none of 2 layers (each kind must keep a layer that makes its cache)
     _named("cap", 0, ("num_kv_shared_layers",), fit=True),
+    # validators of the second try's sizes: Molmo 2 reads vision layers [24, 18] of 2, dots3's adapter maps the
+    # vision width to the text width, EfficientLoFTR's hidden size is its last stage's, LW-DETR's windows tile a
+    # 32-pixel image
+    _named("cap", LAYERS - 1, ("vision_feature_layer",), fit=True),
+    _named("cap", HIDDEN, ("adapter_in_dim", "adapter_input_size", "adapter_out_dim", "out_features"), fit=True),
+    _named("cap", 4, ("num_windows",), fit=True),
     # second try: sizes by their name's kind
     _named("cap", 1.0, ("width_coefficient", "depth_coefficient", "width_multiplier", "depth_multiplier"), fit=True),
     _named("cap", 8, ("num_queries",), fit=True),  # a detector's top-k over the 21 tokens of a 32-pixel image
@@ -372,7 +378,11 @@ def build_model(model_type: str, class_name: str, fit: bool | None = None) -> An
     cls = getattr(transformers, class_name)  # an AttributeError here is no matter of rules: no second try
     if fit:
         config = tiny_config(model_type, fit=True)
-        return None if config.to_dict() == tiny_config(model_type).to_dict() else _build(cls, config)
+        try:
+            same = config.to_dict() == tiny_config(model_type).to_dict()
+        except Exception:  # noqa: BLE001 - the plain rules give no config: the model was built on these rules
+            return None
+        return None if same else _build(cls, config)
     try:
         return _build(cls, tiny_config(model_type))
     except Exception as first:  # noqa: BLE001 - any failure of the plain rules gets the second try
