@@ -188,6 +188,9 @@ OVERRIDES: dict[str, dict[str, Any]] = {
     # its attention layers select tokens through an indexer that is off by default ("indexed_attention" needs it)
     "qwen4_exp_text": _QSA_INDEXER,
     "qwen4_exp": {"text_config": _QSA_INDEXER},  # a dict for a sub-config is merged into it
+    # its rope falls back to a full-size [h, w, t] section ([22, 22, 20]) and splits h and w equally
+    "ernie4_5_vl_moe": {"text_config": {"rope_parameters": {"rope_type": "default", "rope_theta": 500000.0,
+                                                            "mrope_section": [3, 3, 2]}}},
 }
 # model_type -> hfexport.testing.tiny case used instead of the generic rules
 FROM_TINY_CASES: dict[str, str] = {"qwen2_vl": "qwen2_vl", "llava": "llava"}
