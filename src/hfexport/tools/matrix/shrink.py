@@ -174,6 +174,8 @@ OVERRIDES: dict[str, dict[str, Any]] = {
     # its head convolution is round_filters(1280) wide, hard-coded, and hidden_dim must equal it (B0 multipliers)
     "efficientnet": {"width_coefficient": 1.0, "depth_coefficient": 1.0, "hidden_dim": 1280},
     "lilt": {"hidden_size": 96},
+    # its cache's q/k width is hidden x qk_dim_factor rounded up to a multiple of 64, its layers' is not rounded
+    "xlstm": {"qk_dim_factor": 1.0},
     # axial position embeddings: widths that sum to hidden_size, a grid of max_position_embeddings positions
     "reformer": {"axial_pos_embds_dim": [HIDDEN // 2, HIDDEN // 2], "axial_pos_shape": [16, 16]},  # its layout embedding is 6 slices of hidden_size // 6: a multiple of 6
     "codegen": {"rotary_dim": HEAD_DIM // 2},  # rotates 64 dims by default: more than a head has
