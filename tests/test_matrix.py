@@ -174,7 +174,8 @@ def test_inputs_whose_layout_the_config_does_not_say_are_found_by_running_the_mo
     ("blip_2_qformer", "Blip2QFormerModel",
      {"input_ids": (2, 6), "attention_mask": (2, 6), "query_embeds": (2, 6, 64), "encoder_hidden_states": (2, 6, 64)}),
     # main_input_name input_values, forward(hidden_states): mono audio of 16 frames at the 3200-sample stride
-    ("vibevoice_acoustic_tokenizer_encoder", "VibeVoiceAcousticTokenizerEncoderModel", {"hidden_states": (2, 1, 51200)}),
+    ("vibevoice_acoustic_tokenizer_encoder", "VibeVoiceAcousticTokenizerEncoderModel",
+     {"hidden_states": (2, 1, 51200)}),
     # a heterogeneous config (per-layer head_dim) read without getattr; second try: ZAYA routes to 1 expert only
     ("gemma4_text", "Gemma4ForCausalLM", {"input_ids": (2, 6), "attention_mask": (2, 6)}),
     ("zaya", "ZayaForCausalLM", {"input_ids": (2, 6), "attention_mask": (2, 6)}),

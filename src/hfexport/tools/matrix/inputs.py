@@ -11,7 +11,10 @@ that take patches and a ``grid_thw``, videos, mono audio and transposed features
 layouts of a tensor until the model runs on one; a required media input of a text-first class is added. Images of a
 windowed (Swin-like) tower are large enough for a whole window at its last stage; larger sides are tried where 32
 pixels are too few. Layout models (a ``bbox`` parameter) get one ordered box per token. Time series (``past_values``):
-:mod:`.series`.
+:mod:`.series`. Hidden-state inputs (``inputs_embeds``, ``query_embeds``, ``latents``) get ``[2, seq, width]`` for
+a width of the config; NaFlex towers (``spatial_shapes``, ``pixel_position_ids``) patches; a codebook decoder one
+row per codebook; a codec audio of 16 frames at its total stride; a media ``main_input_name`` the forward does not
+take goes to its one missing required input.
 """
 
 from __future__ import annotations

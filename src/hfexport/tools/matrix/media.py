@@ -24,8 +24,8 @@ from typing import Any
 
 import torch
 
-__all__ = ["GRID_KEYS", "first_that_runs", "variants", "grid_candidates", "patch_candidates", "window_side", "image_sides", "image_layouts",
-           "audio_layouts", "feature_layouts", "feature_masks"]
+__all__ = ["GRID_KEYS", "first_that_runs", "variants", "grid_candidates", "patch_candidates", "window_side",
+           "image_sides", "image_layouts", "audio_layouts", "feature_layouts", "feature_masks"]
 
 GRID_KEYS = ("grid_thw", "image_grid_thw")
 

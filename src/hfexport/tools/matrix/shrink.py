@@ -1,4 +1,5 @@
 """Tiny configs for any architecture: the config class's defaults, shrunk by generic rules plus a few overrides.
+A model class whose ``config_class`` is a sub-config of the model type's (MusicGen's decoder) is built on it.
 
 Sizes go to hidden 64, 2 layers, 4 heads (2 key/value heads), feed-forward 128, a 256-token vocabulary, 32-pixel
 images in 8-pixel patches and 16 audio positions over 8 mel bins. Sub-configs (``text_config``, ``vision_config``,
@@ -16,8 +17,10 @@ capped by their name's kind (widths, channel lists and conv groups at 64, feed-f
 256, width/depth multipliers at 1, a detector's queries at 8); sizes left ``None`` by the defaults (``head_dim``,
 expert counts...) get their tiny value; and, beside the table, a backbone keeps as many layers as its ``out_indices``
 read, per-stage head lists become 4 each, ``per_layer_config`` loses the entries of removed layers, a sub-model
-without SDPA gets eager attention. They are not applied on the first try so that every config that builds with the
-plain rules stays as it was. The worker also retries, with these rules, a model that builds but does not run eagerly
+without SDPA gets eager attention, a sub-config's keys that its class derives from its fields are recomputed (not
+passed back at the default's value), a set rule never grows a smaller default, multi-head attention stays so and a
+stack cut to sliding layers keeps a full-attention one. They are not applied on the first try so that every config
+that builds with the plain rules stays as it was. The worker also retries, with these rules, a model that builds but does not run eagerly
 on its sample inputs (``build_model(..., fit=True)``).
 
 :data:`OVERRIDES` holds what the rules cannot guess for a family; :data:`FROM_TINY_CASES` names the families whose
@@ -143,7 +146,8 @@ SIZE_RULES: tuple[SizeRule, ...] = (
                        r"mlp_hidden_size|feed_forward_hidden_size|feed_forward_size|inner_dim)", fit=True),
     _named("cap", HIDDEN, r"(hidden_size|hidden_dim|embed_dim|embedding_dim|embedding_size|channels|channel_list|"
                           r"condition_dim|proj_size|projection_size|output_dim|quantization_dim|codebook_dim|"
-                          r"conv_dim|tdnn_dim|d_model|feature_dim|model_dim|latent_dim|bottleneck_size|_groups$)",  # groups <= width
+                          r"conv_dim|tdnn_dim|d_model|feature_dim|model_dim|latent_dim|bottleneck_size|"
+                          r"_groups$)",  # groups <= width
            fit=True),
     _named("cap", VOCAB, "vocab", fit=True),
 )
@@ -173,11 +177,11 @@ OVERRIDES: dict[str, dict[str, Any]] = {
     "t5": {"relative_attention_num_buckets": 8, "relative_attention_max_distance": 32},
     # its head convolution is round_filters(1280) wide, hard-coded, and hidden_dim must equal it (B0 multipliers)
     "efficientnet": {"width_coefficient": 1.0, "depth_coefficient": 1.0, "hidden_dim": 1280},
-    "lilt": {"hidden_size": 96},
+    "lilt": {"hidden_size": 96},  # its layout embedding is 6 slices of hidden_size // 6: a multiple of 6
     # its cache's q/k width is hidden x qk_dim_factor rounded up to a multiple of 64, its layers' is not rounded
     "xlstm": {"qk_dim_factor": 1.0},
     # axial position embeddings: widths that sum to hidden_size, a grid of max_position_embeddings positions
-    "reformer": {"axial_pos_embds_dim": [HIDDEN // 2, HIDDEN // 2], "axial_pos_shape": [16, 16]},  # its layout embedding is 6 slices of hidden_size // 6: a multiple of 6
+    "reformer": {"axial_pos_embds_dim": [HIDDEN // 2, HIDDEN // 2], "axial_pos_shape": [16, 16]},
     "codegen": {"rotary_dim": HEAD_DIM // 2},  # rotates 64 dims by default: more than a head has
     "gptj": {"rotary_dim": HEAD_DIM // 2},
     # defaults to a pure-Mamba stack; Granite 4.0-H mixes in attention layers
