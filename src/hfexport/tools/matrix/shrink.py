@@ -10,18 +10,18 @@ layer (``layer_types``...) are cut to the new layer count; a hybrid stack whose 
 or SSM keeps one attention layer. Latent attention (``kv_lora_rank``) keeps its rotary head dim and one key/value
 head per head; a multimodal rope's sections sum to half the rotary dims.
 
-Size fields are shrunk by one table, :data:`SIZE_RULES` (set, cap or fill a field, by its exact name or by the
-kind its name says; the first rule that reaches a field decides). When the config or model built by the plain rules
-fails, :func:`build_model` tries once more with the rules marked ``fit`` as well: size fields the exact names miss are
-capped by their name's kind (widths, channel lists and conv groups at 64, feed-forward sizes at 128, vocabularies at
-256, width/depth multipliers at 1, a detector's queries at 8); sizes left ``None`` by the defaults (``head_dim``,
-expert counts...) get their tiny value; and, beside the table, a backbone keeps as many layers as its ``out_indices``
-read, per-stage head lists become 4 each, ``per_layer_config`` loses the entries of removed layers, a sub-model
-without SDPA gets eager attention, a sub-config's keys that its class derives from its fields are recomputed (not
-passed back at the default's value), a set rule never grows a smaller default, multi-head attention stays so and a
-stack cut to sliding layers keeps a full-attention one. They are not applied on the first try so that every config
-that builds with the plain rules stays as it was. The worker also retries, with these rules, a model that builds but does not run eagerly
-on its sample inputs (``build_model(..., fit=True)``).
+Size fields are shrunk by one table, :data:`SIZE_RULES` (set, cap or fill a field, by its exact name or by the kind
+its name says; the first rule that reaches a field decides). When the config or model built by the plain rules
+fails, :func:`build_model` tries once more with the rules marked ``fit`` as well: size fields the exact names miss
+are capped by their name's kind (widths, channel lists and conv groups at 64, feed-forward sizes at 128,
+vocabularies at 256, width/depth multipliers at 1, a detector's queries at 8); sizes left ``None`` by the defaults
+(``head_dim``, expert counts...) get their tiny value; and, beside the table, a backbone keeps as many layers as its
+``out_indices`` read, per-stage head lists become 4 each, ``per_layer_config`` loses the entries of removed layers,
+a sub-model without SDPA gets eager attention, a sub-config's keys that its class derives from its fields are
+recomputed (not passed back at the default's value), a set rule never grows a smaller default, multi-head attention
+stays so and a stack cut to sliding layers keeps a full-attention one. They are not applied on the first try so that
+every config that builds with the plain rules stays as it was. The worker also retries, with these rules, a model
+that builds but does not run eagerly on its sample inputs (``build_model(..., fit=True)``).
 
 :data:`OVERRIDES` holds what the rules cannot guess for a family; :data:`FROM_TINY_CASES` names the families whose
 hand-written tiny model (``hfexport.testing.tiny``) is used instead, because their sample inputs must agree with the
