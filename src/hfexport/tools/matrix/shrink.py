@@ -18,8 +18,8 @@ vocabularies at 256, width/depth multipliers at 1, a detector's queries at 8); s
 (``head_dim``, expert counts...) get their tiny value; and, beside the table, a backbone keeps as many layers as its
 ``out_indices`` read, per-stage head lists become 4 each, ``per_layer_config`` loses the entries of removed layers,
 a sub-model without SDPA gets eager attention, a sub-config's keys that its class derives from its fields are
-recomputed (not passed back at the default's value), a set rule never grows a smaller default, multi-head attention
-stays so and a stack cut to sliding layers keeps a full-attention one. They are not applied on the first try so that
+recomputed (not passed back at the default's value), a set rule never grows a smaller default and a stack cut to
+sliding layers keeps a full-attention one. They are not applied on the first try so that
 every config that builds with the plain rules stays as it was. The worker also retries, with these rules, a model
 that builds but does not run eagerly on its sample inputs (``build_model(..., fit=True)``).
 
@@ -174,6 +174,7 @@ OVERRIDES: dict[str, dict[str, Any]] = {
                 "bos_token_id": 1, "eos_token_id": 2},  # Whisper's own ids are one id for all three
     "gemma3": {"mm_tokens_per_image": 4},  # 16 patches of 32-pixel images pooled 2 x 2
     "esm": {"pad_token_id": 1},  # its padding mask compares ids with it (None by default)
+    "esmc": {"num_key_value_heads": HEADS},  # its validator refuses grouped-query attention
     "t5": {"relative_attention_num_buckets": 8, "relative_attention_max_distance": 32},
     # its head convolution is round_filters(1280) wide, hard-coded, and hidden_dim must equal it (B0 multipliers)
     "efficientnet": {"width_coefficient": 1.0, "depth_coefficient": 1.0, "hidden_dim": 1280},
@@ -268,9 +269,6 @@ def _shrunk(values: dict[str, Any], layers_before: int | None, fit: bool = False
             if not (fit and rule.op == "set" and isinstance(value, int) and 0 < value < new):
                 out[key] = new  # (second try: a set never grows a default, ZAYA routes to 1 expert only)
     out.update(hybrid)
-    heads, kv = values.get("num_attention_heads"), values.get("num_key_value_heads")
-    if fit and isinstance(heads, int) and heads == kv:  # multi-head attention stays so (ESMC refuses grouping)
-        out["num_key_value_heads"] = out.get("num_attention_heads", heads)
     rope_dim = values.get("qk_rope_head_dim")
     if isinstance(rope_dim, int) and values.get("head_dim") == rope_dim:  # multi-head latent attention's rotary dim
         out["head_dim"] = out.get("qk_rope_head_dim", rope_dim)
