@@ -122,7 +122,7 @@ def _features(model: Any, gen: torch.Generator, batch: int) -> torch.Tensor:
 def _is_hidden_like(name: str) -> bool:
     """A float input of hidden states rather than ids or media: ``inputs_embeds``, BLIP-2 Q-Former's
     ``query_embeds``, a drafter's ``context_hidden_states``, a codec decoder's ``latents``."""
-    return name.endswith(("_embeds", "hidden_states")) or name == "latents"
+    return isinstance(name, str) and (name.endswith(("_embeds", "hidden_states")) or name == "latents")
 
 
 def _widths(config: Any) -> list[int]:
@@ -250,10 +250,11 @@ def sample_inputs(model: Any, model_type: str, batch: int = 2, seq: int = 6,
         return first_that_runs(model, _hidden_states(model, gen, batch, seq, names, {}, params))
     else:
         raise NoInputRecipe(f"no sample-input recipe for the main input {main!r}")
-    alias = None  # a media main_input_name the forward does not take, for its one other required input
-    if main != "input_ids" and main not in params and len(missing := [n for n in required if n not in out]) == 1:
-        alias = missing[0]  # (VibeVoice's acoustic encoder: input_values, forward(hidden_states))
-        out[alias] = out.pop(main)
+    alias = None  # a media main_input_name the forward does not take, for its one missing hidden-state input
+    missing = [n for n in required if n not in out]
+    if main != "input_ids" and main not in params and len(missing) == 1 and _is_hidden_like(missing[0]):
+        alias = missing[0]  # (VibeVoice's acoustic encoder: input_values, forward(hidden_states); not a tracker's
+        out[alias] = out.pop(main)  # inference_session)
     if main == "input_ids" and "pixel_values" in params and model.can_generate():  # image-text-to-text
         out.update(_with_image(model, gen, batch, out))
     elif main == "input_ids" and "pixel_values" in params and not model.can_generate():  # CLIP-like dual encoders
