@@ -175,6 +175,9 @@ OVERRIDES: dict[str, dict[str, Any]] = {
     "gemma3": {"mm_tokens_per_image": 4},  # 16 patches of 32-pixel images pooled 2 x 2
     "esm": {"pad_token_id": 1},  # its padding mask compares ids with it (None by default)
     "esmc": {"num_key_value_heads": HEADS},  # its validator refuses grouped-query attention
+    # its conformer attention does not run grouped (4 heads over 2 key/value heads fail at run time)
+    "granite_speech5_encoder": {"num_key_value_heads": HEADS},
+    "granite_speech5_ctc": {"encoder_config": {"num_key_value_heads": HEADS}},
     "t5": {"relative_attention_num_buckets": 8, "relative_attention_max_distance": 32},
     # its head convolution is round_filters(1280) wide, hard-coded, and hidden_dim must equal it (B0 multipliers)
     "efficientnet": {"width_coefficient": 1.0, "depth_coefficient": 1.0, "hidden_dim": 1280},
