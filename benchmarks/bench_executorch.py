@@ -6,7 +6,8 @@ artifact's size against the weights, decode speed and where a decode step's time
   serves the prompt and every step), then ``save_pretrained`` (the ``.pte`` and, for SmolLM2's tied embedding, the
   ``.ptd`` holding the weights once). Its phases are timed: capture + ``torch.export`` ("trace"),
   ``to_edge_transform_and_lower`` (edge dialect + XNNPACK partition and preprocessing), ``to_executorch`` (memory
-  planning, emit) and serialisation (``save_pretrained``).
+  planning, emit) and serialisation (``save_pretrained``). A second export, in a child of its own, keeps the model's
+  dynamic cache: a prefill and a decode program whose weights the save merges into one shared ``model.ptd``.
 - Generation runs in this process, interleaved round by round (eager ``model.generate`` first, then
   ``ExportedModel.generate`` on the export loaded back with ``from_pretrained``), greedy tokens checked against
   eager's. Each decode step is split into the time inside ``Method.execute`` and the rest (flattening the step's
@@ -39,6 +40,8 @@ import peer_runner
 HERE = Path(__file__).resolve().parent
 LABEL = ("ExecuTorch XNNPACK fp32, static cache 256 kept in the .pte (mutable buffers) + multi-token decode (one "
          "program), llama::update_cache / custom_sdpa attention, weights once in a .ptd")
+DYNAMIC_LABEL = ("ExecuTorch XNNPACK fp32, dynamic cache: a prefill and a decode program (the cache an input and an "
+                 "output of each step), their weights once in one shared model.ptd")
 PEER_LABEL = ("peer: transformers.exporters ExecuTorch XNNPACK, same recipe (static cache 256, multi-token decode, "
               "dynamic=True), its own runner `runners['decode']` with a StaticCache")
 
@@ -60,8 +63,11 @@ def export_child(variant: str, out: Path) -> dict:
         from hfexport.exporter_executorch import ExecutorchExporter
 
         exporter = ExecutorchExporter()
-        exported = exporter.export_for_generation(
-            model, sample, ExecutorchConfig(dynamic=True), generation_config=config, multi_token_decode=True)
+        if variant == "dynamic":  # the model's own (dynamic) cache: two programs sharing one model.ptd
+            exported = exporter.export_for_generation(model, sample, ExecutorchConfig(dynamic=True))
+        else:
+            exported = exporter.export_for_generation(
+                model, sample, ExecutorchConfig(dynamic=True), generation_config=config, multi_token_decode=True)
         for timing in exporter.stage_timings:  # each stage summed over the components; lower's own sub-steps
             for name, seconds in [(timing.stage, timing.seconds), *timing.parts.items()]:
                 if name != "lower" or not timing.parts:  # lower's time is the sum of its parts
@@ -85,7 +91,7 @@ def bench_smollm2(args: argparse.Namespace, workdir: Path) -> dict:
     from hfexport.testing.packaged import packaged
 
     exports = {}
-    for variant in ["static", *([] if args.no_peer else ["peer"])]:
+    for variant in ["static", "dynamic", *([] if args.no_peer else ["peer"])]:
         print(f"[bench-executorch] exporting SmolLM2-135M ({variant}) in a child process ...", flush=True)
         exports[variant] = e = run_export_child(__file__, variant, workdir / variant, what="ExecuTorch export",
                                                 timeout=3600, keep_going=variant == "peer")
@@ -111,7 +117,9 @@ def bench_smollm2(args: argparse.Namespace, workdir: Path) -> dict:
         stats["step_ms"] = 1e3 * stats["decode_s"] / steps
         return tokens, stats
 
-    runners = {"eager": lambda n: timed_generate(model.generate, inputs, n), "executorch": executorch}
+    dynamic = ExportedModel.from_pretrained(workdir / "dynamic")
+    runners = {"eager": lambda n: timed_generate(model.generate, inputs, n), "executorch": executorch,
+               "executorch-dynamic": lambda n: timed_generate(dynamic.generate, inputs, n)}
     if "peer" in exports and "error" not in exports["peer"]:
         peer = peer_runner.RunnerLoop(workdir / "peer", STATIC_CACHE_LEN)
         runners["peer-runner"] = lambda n: peer.generate(inputs["input_ids"], n)
@@ -145,6 +153,9 @@ def render(report: dict) -> str:
         f"| {LABEL} | {export_cells(e, load=s['exports']['load:executorch'])} | "
         f"{result_cells(ours, eager['decode_tok_s'])} |",
     ]
+    if "executorch-dynamic" in s["results"]:
+        lines.append(f"| {DYNAMIC_LABEL} | {export_cells(s['exports']['dynamic'], load={})} | "
+                     f"{result_cells(s['results']['executorch-dynamic'], eager['decode_tok_s'])} |")
     if "peer" in s["exports"]:
         peer = s["results"].get("peer-runner")
         lines.append(f"| {PEER_LABEL} | {export_cells(s['exports']['peer'], load={})} | "
@@ -155,6 +166,10 @@ def render(report: dict) -> str:
         "Where the export time goes: " + ", ".join(f"{k} {v:.1f} s" for k, v in e["phases"].items() if v is not None)
         + f", save (serialise the .pte and .ptd) {e['save_s']:.1f} s. CPU time of the whole export process (loading "
         f"the model included): {e['cpu_s']:.0f} s.",
+        *(["", "The dynamic-cache export's time, both programs: " + ", ".join(
+            f"{k} {v:.1f} s" for k, v in s["exports"]["dynamic"]["phases"].items() if v is not None)
+           + f", save (the two .pte and the merged model.ptd) {s['exports']['dynamic']['save_s']:.1f} s."]
+          if "dynamic" in s["exports"] else []),
         "",
         f"A decode step: {ours['step_ms']:.1f} ms, of which {ours['execute_ms']:.1f} ms inside `Method.execute` "
         f"(the rest, {ours['step_ms'] - ours['execute_ms']:.1f} ms, is flattening the step's inputs, rebuilding the "
@@ -181,7 +196,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = base_parser(__doc__, HERE / "RESULTS_EXECUTORCH.md", "16 tokens, 1 round (smoke test)")
     parser.add_argument("--no-peer", action="store_true",
                         help="leave out transformers' own ExecuTorch export (~12 min here) and its decode row")
-    parser.add_argument("--export-child", choices=["static", "peer"], help=argparse.SUPPRESS)
+    parser.add_argument("--export-child", choices=["static", "dynamic", "peer"], help=argparse.SUPPRESS)
     args, _ = parser.parse_known_args(argv)  # benchmarks/run.py passes every benchmark's options to each
     report = run_main(args, "bench-executorch", "executorch", export_child, lambda results: run(
         results, quick=args.quick, repeats=args.repeats, new_tokens=args.new_tokens, peer=not args.no_peer))
