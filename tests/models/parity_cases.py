@@ -38,8 +38,10 @@ def export_case(name: str, export: Callable[[Any, dict], Any], tmp_path_factory:
 
 
 def check(name: str, exported_outputs: Any, model: Any, inputs: dict, tol: float) -> dict:
-    """Every output leaf within ``tol`` (max abs diff) of eager's, or for an ill-conditioned case at least as close
-    to fp64 as eager fp32 is; the comparison report."""
+    """Every output leaf within ``tol`` (max abs diff) of eager's, or for an ill-conditioned case as close to fp64 as
+    eager fp32 is, up to a factor 2: another fp32 summation order is as accurate on average, not on every draw (tiny
+    T5 on OpenVINO, Intel Xeon with AVX-512, batch 3 x 10: 1.53e-3 from fp64 where eager is 1.37e-3); the
+    comparison report."""
     with torch.no_grad():
         eager = model(**inputs)
     report = compare_outputs(exported_outputs, eager)
@@ -49,7 +51,7 @@ def check(name: str, exported_outputs: Any, model: Any, inputs: dict, tol: float
         with torch.no_grad():
             exact = TINY_CASES[name].build().double()(**inputs)
         eager_error = compare_outputs(eager, exact)["max_abs_diff"]
-        assert compare_outputs(exported_outputs, exact)["max_abs_diff"] <= max(tol, eager_error), report["leaves"]
+        assert compare_outputs(exported_outputs, exact)["max_abs_diff"] <= max(tol, 2 * eager_error), report["leaves"]
         return report
     assert report["max_abs_diff"] <= tol, report["leaves"]
     return report
