@@ -73,6 +73,19 @@ def test_the_custom_op_path_is_taken_and_generates_eagers_tokens(exported):
         assert torch.equal(got, expected), (got, expected)
 
 
+def test_each_layer_lowers_to_one_delegate_between_the_attention_kernels(exported):
+    # rotate_half's slices, RMSNorm's mean, the heads' symbolic views (delegable.py) no longer cut a layer apart:
+    # before, a layer was 5 delegates with slice_copy, mean and view ops between them
+    _, model, _, result, _ = exported
+    graph = result.components["decode"].program.exported_program().graph
+    targets = [str(n.target) for n in graph.nodes if n.op == "call_function"]
+    layers = model.config.num_hidden_layers
+    # one per layer (after its attention), the first layer's projections, the rotary angles, cos/sin, the lm_head
+    assert targets.count("executorch_call_delegate") <= layers + 4, targets
+    left = [t for t in targets if any(op in t for op in ("slice_copy", "mean", "view", "alias", "neg"))]
+    assert not left, left
+
+
 def test_the_state_reads_back_in_the_callers_layout_and_counters_follow(exported):
     case, model, _, result, _ = exported
     from transformers import StaticCache

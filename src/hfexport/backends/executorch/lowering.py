@@ -89,6 +89,7 @@ def lower(
 
     timings = {} if timings is None else timings
     drop_tensor_checks(program)
+    target.rewrite(program)
     cap_dynamic_dims(program)
     if external:
         tag_weights_external(program)

@@ -16,6 +16,7 @@ import torch
 
 from ...errors import UnsupportedError
 from ...pytrees import is_cache
+from .delegable import make_delegable
 
 #: the runtime delegate each ExecutorchConfig.backend lowers to (BackendDetails class names)
 DELEGATES = {"xnnpack": "XnnpackBackend", "cuda": "CudaBackend", "mlx": "MLXBackend"}
@@ -32,6 +33,8 @@ class Target:
     partitioners: Callable[[Any, Any], list]  # (model, the traced program) -> partitioners
     compile_config: Callable[[], Any]
     transform_passes: Callable[[], Any] = lambda: None
+    # rewrites of the traced program, in place, before the edge lowering (so the partitioner takes more of it)
+    rewrite: Callable[[Any], Any] = lambda program: None
 
 
 def _edge_config() -> Any:
@@ -180,7 +183,7 @@ def _caches(value: Any) -> list:
 
 
 _TARGETS = {
-    "xnnpack": Target("xnnpack", _check_xnnpack, _xnnpack_partitioners, _edge_config),
+    "xnnpack": Target("xnnpack", _check_xnnpack, _xnnpack_partitioners, _edge_config, rewrite=make_delegable),
     "cuda": Target("cuda", _check_cuda, _cuda_partitioners, _edge_config),
     "mlx": Target("mlx", _check_mlx, _mlx_partitioners, _mlx_edge_config, _mlx_passes),
 }
