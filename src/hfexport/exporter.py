@@ -463,11 +463,11 @@ def _check_stage_shapes(
 
 def _check_query_axis(metadata: ExportMetadata) -> None:
     """A multi-token decode graph whose query axis came out fixed at several tokens cannot run a one-token step."""
-    ids = metadata.input_spec("input_ids", "decoder_input_ids")
-    if ids is not None and len(ids.shape) == 2 and isinstance(ids.shape[1], int) and ids.shape[1] > 1:
+    length = metadata.query_axis()
+    if isinstance(length, int) and length > 1:
         raise UnsupportedError(
             f"the decode graph was exported for multi_token_decode=True, but its query axis came out fixed at "
-            f"{ids.shape[1]} tokens (the model's code or the backend's lowering specialised it), so it cannot run a "
+            f"{length} tokens (the model's code or the backend's lowering specialised it), so it cannot run a "
             "one-token decode step. Export with multi_token_decode=False."
         )
 
@@ -482,8 +482,7 @@ def _rereads(components: Mapping[str, Any], decode: ExportedComponent) -> bool:
         return False
     if not rereads_sequence([components["prefill"][1], components["decode"][1]]):
         return False
-    ids = decode.metadata.input_spec("input_ids")
-    if ids is None or len(ids.shape) != 2 or isinstance(ids.shape[1], int):
+    if not isinstance(decode.metadata.query_axis(("input_ids",)), str):
         raise UnsupportedError(
             f"{decode.metadata.architecture} keeps no cache: generate() runs it on the whole sequence at every "
             "step, but its graph came out with a fixed sequence length. Export with dynamic=True."

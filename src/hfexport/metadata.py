@@ -324,11 +324,17 @@ class ExportMetadata:
         """The first flat input named one of ``names`` (``"input_ids"``), or None."""
         return next((s for s in self.inputs if s.name in names), None)
 
+    def query_axis(self, names: tuple[str, ...] = ("input_ids", "decoder_input_ids")) -> int | str | None:
+        """The query (sequence) axis of the graph's 2-D token ids named one of ``names``: its size where tracing
+        fixed it, its symbol's name where it stayed dynamic (the graph takes several tokens a call), None without
+        such an input."""
+        ids = self.input_spec(*names)
+        return ids.shape[1] if ids is not None and len(ids.shape) == 2 else None
+
     def takes_prompt(self, prefill_inputs: Mapping[str, Any]) -> bool:
         """Whether this (decode) graph can take a whole prompt: its query axis is symbolic and it takes every tensor
         the prefill call passes."""
-        ids = self.input_spec("input_ids")
-        if ids is None or len(ids.shape) != 2 or not isinstance(ids.shape[1], str):
+        if not isinstance(self.query_axis(("input_ids",)), str):
             return False  # the query axis was fixed at trace time
         return {k for k, v in prefill_inputs.items() if hasattr(v, "shape")} <= set(self.kwargs)
 

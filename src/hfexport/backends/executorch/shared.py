@@ -48,8 +48,7 @@ def shares_weights(component: str, metadata: Any) -> bool:
         return True
     if component != "decode" or metadata.cache_kwarg is None:
         return False  # an encoder, a plain forward, or a cacheless decode that reruns the sequence (one program)
-    ids = metadata.input_spec("input_ids", "decoder_input_ids")
-    multi_token = ids is not None and len(ids.shape) == 2 and isinstance(ids.shape[1], str)
+    multi_token = isinstance(metadata.query_axis(), str)
     return not (multi_token and metadata.cache_type == "StaticCache")
 
 
