@@ -286,6 +286,27 @@ def test_only_the_matrix_own_input_gaps_are_no_inputs(reason, gap):
     assert no_inputs(reason) is gap
 
 
+def test_a_text_only_capture_wrapped_by_the_export_is_still_the_matrix_gap():
+    # the export wraps the capture's ValueError, and the row's reason cuts its message before "(inputs: [...])"
+    from hfexport.errors import ExportError
+
+    def wrapped(inputs):
+        try:
+            raise ValueError(f"Mistral3ForConditionalGeneration(**inputs) did not call ['image_encoder', "
+                             f"'multi_modal_projector']; check that the inputs hold what those parts take "
+                             f"(inputs: {inputs})")
+        except ValueError as e:
+            try:
+                raise ExportError("export of component 'generate' (Mistral3ForConditionalGeneration) during "
+                                  "capture failed") from e
+            except ExportError as outer:
+                return outer
+
+    assert no_inputs(wrapped(['attention_mask', 'input_ids', 'past_key_values'])) is True
+    assert no_inputs(wrapped(['input_ids', 'pixel_values'])) is False
+    assert no_inputs(ExportError("export of component 'model' failed: GuardOnDataDependentSymNode")) is False
+
+
 def test_a_case_past_its_timeout_is_killed_and_reported(archs):
     [row] = run_matrix([Case(archs["llama"], "dynamo", "generate")], timeout=1)
     assert row["status"] == "timeout" and row["reason"] == "no result within 1 s"

@@ -40,14 +40,27 @@ UNAVAILABLE = "backend not available in this release"
 _MEDIA_INPUTS = ("pixel_values", "pixel_values_videos", "input_features", "input_values")
 
 
-def no_inputs(reason: str) -> bool:
-    """Whether a failure ``reason`` is the matrix's own gap rather than the backend's: ``NoInputRecipe``
-    (``matrix: ...``), or the multimodal capture's "did not call [encoder]" with inputs that hold no image, video or
-    audio (the matrix gave text only; the full input list is part of that message)."""
-    if reason.startswith("matrix: "):
+def no_inputs(failure: BaseException | str) -> bool:
+    """Whether a failure (the exception, or its row's reason) is the matrix's own gap rather than the backend's:
+    ``NoInputRecipe`` (``matrix: ...``), or the multimodal capture's "did not call [encoder]" with inputs that hold no
+    image, video or audio (the matrix gave text only; the full input list is part of that message). An exception is
+    read along its whole chain: the export wraps the capture's error, and the row's reason keeps 170 characters of
+    each end only."""
+    if isinstance(failure, BaseException):
+        chain, seen = [], set()
+        while failure is not None and id(failure) not in seen:
+            seen.add(id(failure))
+            chain.append(failure)
+            failure = failure.__cause__ or (None if failure.__suppress_context__ else failure.__context__)
+        return any(_no_inputs_message(str(e)) for e in chain)
+    if failure.startswith("matrix: "):
         return True
-    return ("did not call [" in reason and "(inputs: [" in reason and "(capture/multimodal.py:" in reason
-            and not any(f"'{k}'" in reason for k in _MEDIA_INPUTS))
+    return _no_inputs_message(failure) and "(capture/multimodal.py:" in failure
+
+
+def _no_inputs_message(text: str) -> bool:
+    return ("(**inputs) did not call [" in text and "(inputs: [" in text
+            and not any(f"'{k}'" in text for k in _MEDIA_INPUTS))
 
 
 def reason_of(exc: BaseException) -> str:
@@ -211,11 +224,9 @@ def run_case(model_type: str, class_name: str, task: str, backend: str, stage: s
     except _Unavailable:
         result.update(status="unavailable", reason=UNAVAILABLE)
     except NoInputRecipe as e:
-        result.update(status="fail", reason=f"matrix: {e}")
+        result.update(status="no-inputs", reason=f"matrix: {e}")
     except Exception as e:  # noqa: BLE001
-        result.update(status="fail", reason=reason_of(e))
-    if result["status"] == "fail" and no_inputs(result["reason"]):
-        result["status"] = "no-inputs"
+        result.update(status="no-inputs" if no_inputs(e) else "fail", reason=reason_of(e))
     return result
 
 
