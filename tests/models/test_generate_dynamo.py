@@ -221,3 +221,29 @@ def test_a_separate_prefill_graph_returns_the_last_positions_logits_only():
     decode = next(s for s in multi.components["decode"].metadata.outputs if s.name == "logits")
     assert isinstance(decode.shape[1], str), decode.shape  # the query axis, symbolic
     assert_greedy_equals_eager(model, exported, case, generation_config(model, "dynamic"), 8)
+
+
+def test_a_linear_attention_and_sliding_window_hybrid_keeps_its_conv_state():
+    # Inkling's "hybrid_sliding" layers hold a linear-attention state beside a sliding-window KV cache; making the
+    # window full for the export must keep that state (it became a bare KV layer: "Cannot get conv state")
+    from transformers import cache_utils
+
+    from hfexport.capture.decompose import full_attention_cache
+    from hfexport.tools.matrix.inputs import sample_inputs
+    from hfexport.tools.matrix.shrink import build_model
+
+    model = build_model("inkling_text", "InklingForCausalLM")
+    assert set(model.config.layer_types) == {"hybrid_sliding"}
+    full = full_attention_cache(cache_utils.DynamicCache(config=model.config))
+    assert all(type(layer) is cache_utils.LinearAttentionAndFullAttentionLayer for layer in full.layers)
+    gen = copy.deepcopy(model.generation_config)
+    gen.do_sample, gen.cache_implementation = False, "dynamic"
+    sample = sample_inputs(model, "inkling_text", batch=2, seq=6, for_generation=True)
+    exported = DynamoExporter().export_for_generation(model, sample, DynamoConfig(dynamic=True), generation_config=gen)
+    prompt = sample_inputs(model, "inkling_text", batch=2, seq=9, for_generation=True)
+    eager_gen = copy.deepcopy(gen)
+    eager_gen.max_new_tokens = eager_gen.min_new_tokens = 12
+    with torch.no_grad():
+        expected = model.generate(**prompt, generation_config=eager_gen)
+    got = exported.generate(**prompt, max_new_tokens=12, min_new_tokens=12)
+    assert torch.equal(got, expected), (got, expected)

@@ -32,9 +32,12 @@ _MASK_KEYS = ("attention_mask", "decoder_attention_mask")
 def full_attention_cache(cache: Any, max_cache_len: int | None = None) -> Any:
     """Replace the sliding-window layers of a cache by full-length layers of the same kind (in place).
 
-    ``max_cache_len`` is the length of the full static layers (required when the cache is static).
+    ``max_cache_len`` is the length of the full static layers (required when the cache is static). A hybrid layer
+    (linear attention beside a sliding window, Inkling's ``hybrid_sliding``) keeps its linear-attention states: it
+    becomes transformers' linear-attention-and-full-attention layer with as many states, not a bare KV layer (its
+    conv state would be gone: "Cannot get conv state for non linear attention layer").
     """
-    from transformers.cache_utils import DynamicLayer, DynamicSlidingWindowLayer, StaticLayer, StaticSlidingWindowLayer
+    from transformers import cache_utils as cu
 
     caches = [cache]
     for name in ("self_attention_cache", "cross_attention_cache"):
@@ -45,10 +48,16 @@ def full_attention_cache(cache: Any, max_cache_len: int | None = None) -> Any:
         if not isinstance(layers, list):
             continue
         for i, layer in enumerate(layers):
-            if isinstance(layer, StaticSlidingWindowLayer):
-                layers[i] = StaticLayer(max_cache_len=max_cache_len or layer.max_cache_len)
-            elif isinstance(layer, DynamicSlidingWindowLayer):
-                layers[i] = DynamicLayer()
+            length = max_cache_len or getattr(layer, "max_cache_len", None)
+            if isinstance(layer, cu.LinearAttentionAndStaticSlidingWindowAttentionLayer):
+                layers[i] = cu.LinearAttentionAndStaticFullAttentionLayer(
+                    max_cache_len=length, number_of_states=layer.number_of_states)
+            elif isinstance(layer, cu.LinearAttentionAndSlidingWindowAttentionLayer):
+                layers[i] = cu.LinearAttentionAndFullAttentionLayer(number_of_states=layer.number_of_states)
+            elif isinstance(layer, cu.StaticSlidingWindowLayer):
+                layers[i] = cu.StaticLayer(max_cache_len=length)
+            elif isinstance(layer, cu.DynamicSlidingWindowLayer):
+                layers[i] = cu.DynamicLayer()
     return cache
 
 
