@@ -20,7 +20,9 @@ from ..errors import UnsupportedError
 
 __all__ = [
     "ENCODER_INPUT_ALIASES",
+    "IMAGE_INPUTS",
     "VISION_PRECOMPUTE",
+    "derived_image_inputs",
     "encoder_inputs",
     "image_features",
     "image_token_id",
@@ -75,13 +77,47 @@ VISION_PRECOMPUTE: dict[str, Callable[[Any, torch.Tensor], dict[str, torch.Tenso
 }
 
 
+def _idefics3_image_inputs(config: Any, inputs: Mapping[str, Any]) -> dict[str, torch.Tensor]:
+    """What Idefics3's ``get_image_features`` (SmolVLM's too) makes of ``pixel_values [batch, images, C, H, W]`` and
+    ``pixel_attention_mask`` before its vision model: the images of every row in one batch, all-zero padding images
+    dropped, and the patch mask (a patch is kept where any of its pixels is)."""
+    pixels = inputs.get("pixel_values")
+    if not isinstance(pixels, torch.Tensor) or pixels.dim() != 5:
+        return {}
+    flat = pixels.reshape(-1, *pixels.shape[2:])
+    real = (flat == 0.0).sum(dim=(-1, -2, -3)) != flat.shape[1:].numel()
+    mask = inputs.get("pixel_attention_mask")
+    if isinstance(mask, torch.Tensor):
+        mask = mask.reshape(-1, *mask.shape[2:])[real].contiguous()
+    else:
+        mask = torch.ones(int(real.sum()), flat.shape[2], flat.shape[3], dtype=torch.bool)
+    patch = config.vision_config.patch_size
+    grid = mask.unfold(dimension=1, size=patch, step=patch).unfold(dimension=2, size=patch, step=patch)
+    return {"pixel_values": flat[real].contiguous(), "patch_attention_mask": (grid.sum(dim=(-1, -2)) > 0).bool()}
+
+
+#: model_type -> ``fn(config, inputs)``: the encoder's tensors the model derives from its image inputs in Python
+#: before calling the encoder (reshaped, padding images dropped, masks pooled), computed the same way outside the graph.
+IMAGE_INPUTS: dict[str, Callable[[Any, Mapping[str, Any]], dict[str, torch.Tensor]]] = {
+    "idefics3": _idefics3_image_inputs,
+    "smolvlm": _idefics3_image_inputs,
+}
+
+
+def derived_image_inputs(config: Any, inputs: Mapping[str, Any]) -> dict[str, torch.Tensor]:
+    """The encoder tensors :data:`IMAGE_INPUTS` derives from ``inputs`` for the model type (empty for others)."""
+    derive = IMAGE_INPUTS.get(getattr(config, "model_type", None))
+    return derive(config, inputs) if derive is not None else {}
+
+
 def encoder_inputs(config: Any, traced_keys: list[str], inputs: Mapping[str, Any]) -> dict[str, Any]:
     """The encoder's tensor kwargs from generate()-style ``inputs`` (``pixel_values``, ``image_grid_thw``, ...),
-    plus the tensors :data:`VISION_PRECOMPUTE` derives for the model type."""
+    plus the tensors :data:`VISION_PRECOMPUTE` and :data:`IMAGE_INPUTS` derive for the model type."""
     call: dict[str, Any] = {}
     precompute = VISION_PRECOMPUTE.get(getattr(config, "model_type", None))
     grid = inputs.get("image_grid_thw")
     extra = precompute(config, grid) if precompute is not None and grid is not None else {}
+    extra = {**derived_image_inputs(config, inputs), **extra}
     for key in traced_keys:
         source = ENCODER_INPUT_ALIASES.get(key, key)
         if key in extra:

@@ -24,6 +24,7 @@ from ..pytrees import is_cache
 from .glue import (
     ENCODER_INPUT_ALIASES,
     VISION_PRECOMPUTE,
+    derived_image_inputs,
     encoder_inputs,
     image_features,
     image_token_id,
@@ -311,12 +312,19 @@ def _check_merge(model: torch.nn.Module, call: dict, parts: dict, out: dict, rec
 
 
 def _check_encoder_inputs(config: Any, call: dict, enc_kwargs: dict) -> None:
-    """The image encoder's recorded tensors are the model inputs as they were passed (or derived from the grid)."""
+    """The image encoder's recorded tensors are the model inputs as they were passed, or what the glue derives from
+    them (from the grid, or the model type's own preprocessing: :data:`~.glue.IMAGE_INPUTS`)."""
     precomputed = VISION_PRECOMPUTE.get(getattr(config, "model_type", None))
     derived = set(precomputed(config, enc_kwargs["grid_thw"])) if precomputed and "grid_thw" in enc_kwargs else set()
+    remade = derived_image_inputs(config, call)
     for key, value in enc_kwargs.items():
         source = ENCODER_INPUT_ALIASES.get(key, key)
         if key in derived or not isinstance(value, torch.Tensor):
+            continue
+        if key in remade:
+            if remade[key].shape != value.shape or not torch.equal(remade[key].to(value.dtype), value):
+                raise UnsupportedError(f"the image encoder's {key!r} is not what hfexport derives from the model "
+                                       f"inputs for {getattr(config, 'model_type', None)} (capture.glue.IMAGE_INPUTS)")
             continue
         if source not in call or not torch.equal(call[source].to(value.dtype), value):
             raise UnsupportedError(f"the image encoder's {key!r} is not the model input {source!r} as it was passed")
