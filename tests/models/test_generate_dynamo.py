@@ -223,9 +223,11 @@ def test_a_separate_prefill_graph_returns_the_last_positions_logits_only():
     assert_greedy_equals_eager(model, exported, case, generation_config(model, "dynamic"), 8)
 
 
-def test_a_linear_attention_and_sliding_window_hybrid_keeps_its_conv_state():
+@pytest.mark.parametrize("cache", ["dynamic", "static"])
+def test_a_linear_attention_and_sliding_window_hybrid_keeps_its_conv_state(cache):
     # Inkling's "hybrid_sliding" layers hold a linear-attention state beside a sliding-window KV cache; making the
-    # window full for the export must keep that state (it became a bare KV layer: "Cannot get conv state")
+    # window full for the export must keep that state (it became a bare KV layer: "Cannot get conv state"); with a
+    # static cache the linear-attention mask is the step's 2D padding mask, not a mask over cache slots
     from transformers import cache_utils
 
     from hfexport.capture.decompose import full_attention_cache
@@ -237,7 +239,7 @@ def test_a_linear_attention_and_sliding_window_hybrid_keeps_its_conv_state():
     full = full_attention_cache(cache_utils.DynamicCache(config=model.config))
     assert all(type(layer) is cache_utils.LinearAttentionAndFullAttentionLayer for layer in full.layers)
     gen = copy.deepcopy(model.generation_config)
-    gen.do_sample, gen.cache_implementation = False, "dynamic"
+    gen.do_sample, gen.cache_implementation, gen.max_cache_len = False, cache, (48 if cache == "static" else None)
     sample = sample_inputs(model, "inkling_text", batch=2, seq=6, for_generation=True)
     exported = DynamoExporter().export_for_generation(model, sample, DynamoConfig(dynamic=True), generation_config=gen)
     prompt = sample_inputs(model, "inkling_text", batch=2, seq=9, for_generation=True)

@@ -172,6 +172,12 @@ class TextState:
             call["attention_mask"] = slot_masks(
                 kind, component.mask_keys(), valid, torch.arange(start, start + q, device=valid.device), self.window
             )
+            for key in component.mask_keys():
+                spec = component.metadata.input_spec(f"attention_mask.{key}")
+                if spec is not None and len(spec.shape) == 2:
+                    # a recurrent / linear-attention layer's mask (transformers' create_recurrent_attention_mask):
+                    # the 2D padding mask of this call's tokens, not a mask over cache slots
+                    call["attention_mask"][key] = self.mask[:, start : start + q]
         if component.cache_key:
             call[component.cache_key] = cache
         return call
