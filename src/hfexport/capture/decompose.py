@@ -35,7 +35,9 @@ def full_attention_cache(cache: Any, max_cache_len: int | None = None) -> Any:
     ``max_cache_len`` is the length of the full static layers (required when the cache is static). A hybrid layer
     (linear attention beside a sliding window, Inkling's ``hybrid_sliding``) keeps its linear-attention states: it
     becomes transformers' linear-attention-and-full-attention layer with as many states, not a bare KV layer (its
-    conv state would be gone: "Cannot get conv state for non linear attention layer").
+    conv state would be gone: "Cannot get conv state for non linear attention layer"). A model's own subclass of a
+    sliding-window layer (DeepSeek-V4's compressed-attention layers) is left as it is: a plain layer would lose its
+    state and methods ("'DynamicLayer' object has no attribute 'store_compression_weights'").
     """
     from transformers import cache_utils as cu
 
@@ -49,14 +51,15 @@ def full_attention_cache(cache: Any, max_cache_len: int | None = None) -> Any:
             continue
         for i, layer in enumerate(layers):
             length = max_cache_len or getattr(layer, "max_cache_len", None)
-            if isinstance(layer, cu.LinearAttentionAndStaticSlidingWindowAttentionLayer):
+            kind = type(layer)  # exact types: a model's own subclass (DeepSeek-V4's compressor layers) keeps its
+            if kind is cu.LinearAttentionAndStaticSlidingWindowAttentionLayer:  # state and methods, and stays
                 layers[i] = cu.LinearAttentionAndStaticFullAttentionLayer(
                     max_cache_len=length, number_of_states=layer.number_of_states)
-            elif isinstance(layer, cu.LinearAttentionAndSlidingWindowAttentionLayer):
+            elif kind is cu.LinearAttentionAndSlidingWindowAttentionLayer:
                 layers[i] = cu.LinearAttentionAndFullAttentionLayer(number_of_states=layer.number_of_states)
-            elif isinstance(layer, cu.StaticSlidingWindowLayer):
+            elif kind is cu.StaticSlidingWindowLayer:
                 layers[i] = cu.StaticLayer(max_cache_len=length)
-            elif isinstance(layer, cu.DynamicSlidingWindowLayer):
+            elif kind is cu.DynamicSlidingWindowLayer:
                 layers[i] = cu.DynamicLayer()
     return cache
 
