@@ -3,6 +3,7 @@ runner and cache, the text state (mask, positions, static-cache slots), and :fun
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import torch
@@ -55,6 +56,13 @@ class Component:
         """The keys of a dict of masks (one per layer type: ``full_attention``, ``sliding_attention``)."""
         spec = self.metadata.kwarg_specs().get(key)
         return [str(k) for k in spec.context] if spec is not None and spec.type is dict else []
+
+    @functools.cached_property
+    def padding_mask_keys(self) -> tuple[str, ...]:
+        """The keys of a dict of masks traced 2-D: a recurrent / linear-attention layer's mask (transformers'
+        ``create_recurrent_attention_mask``), the 2D padding mask of the call's own tokens, not one over cache slots."""
+        specs = (self.metadata.input_spec(f"attention_mask.{key}") for key in self.mask_keys())
+        return tuple(s.name.split(".", 1)[1] for s in specs if s is not None and len(s.shape) == 2)
 
     def initial_cache(self, batch: int, device: torch.device | str = "cpu") -> Any:
         """An empty cache shaped like the traced one (batch from the call, the rest from the trace)."""
@@ -172,12 +180,8 @@ class TextState:
             call["attention_mask"] = slot_masks(
                 kind, component.mask_keys(), valid, torch.arange(start, start + q, device=valid.device), self.window
             )
-            for key in component.mask_keys():
-                spec = component.metadata.input_spec(f"attention_mask.{key}")
-                if spec is not None and len(spec.shape) == 2:
-                    # a recurrent / linear-attention layer's mask (transformers' create_recurrent_attention_mask):
-                    # the 2D padding mask of this call's tokens, not a mask over cache slots
-                    call["attention_mask"][key] = self.mask[:, start : start + q]
+            for key in component.padding_mask_keys:
+                call["attention_mask"][key] = self.mask[:, start : start + q]
         if component.cache_key:
             call[component.cache_key] = cache
         return call

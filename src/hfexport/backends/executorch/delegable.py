@@ -54,7 +54,8 @@ def signed_half_rotation(size: int, dtype: torch.dtype = torch.float32) -> torch
 
 
 def make_delegable(program: torch.export.ExportedProgram) -> dict[str, int]:
-    """Rewrite ``program``'s ``rotate_half`` and last-dim means as matmuls, in place; return how many of each."""
+    """Rewrite ``program``'s ``rotate_half`` and last-dim means as matmuls, its symbolic views with ``-1``, and drop
+    its aliases of computed tensors, in place; return how many of each."""
     graph = program.graph_module.graph
     counts = {"rotate_half": 0, "mean": 0, "view": 0, "alias": 0}
     for node in list(graph.nodes):
@@ -79,10 +80,11 @@ def make_delegable(program: torch.export.ExportedProgram) -> dict[str, int]:
                 total.meta = {**node.meta, "val": _fake(_aten.linear.default, source, ones)}
             _replace(node, _aten.div.Tensor, (total, size))
             counts["mean"] += 1
-        elif node.target in _VIEWS and _static_view_shape(node) is not None:
-            node.args = (node.args[0], _static_view_shape(node), *node.args[2:])
+        elif node.target in _VIEWS and (shape := _static_view_shape(node)) is not None:
+            node.args = (node.args[0], shape, *node.args[2:])
             counts["view"] += 1
-        elif node.target is _aten.alias.default and isinstance(node.args[0], torch.fx.Node):
+        elif (node.target is _aten.alias.default and isinstance(node.args[0], torch.fx.Node)
+              and node.args[0].op == "call_function"):  # (an alias of an input stays: no output may be an input)
             node.replace_all_uses_with(node.args[0])
             graph.erase_node(node)
             counts["alias"] += 1
