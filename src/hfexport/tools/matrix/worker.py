@@ -47,12 +47,7 @@ def no_inputs(failure: BaseException | str) -> bool:
     read along its whole chain: the export wraps the capture's error, and the row's reason keeps 170 characters of
     each end only."""
     if isinstance(failure, BaseException):
-        chain, seen = [], set()
-        while failure is not None and id(failure) not in seen:
-            seen.add(id(failure))
-            chain.append(failure)
-            failure = failure.__cause__ or (None if failure.__suppress_context__ else failure.__context__)
-        return any(_no_inputs_message(str(e)) for e in chain)
+        return any(_no_inputs_message(str(e)) for e in _chain(failure))
     if failure.startswith("matrix: "):
         return True
     return _no_inputs_message(failure) and "(capture/multimodal.py:" in failure
@@ -66,14 +61,21 @@ def _no_inputs_message(text: str) -> bool:
 def reason_of(exc: BaseException) -> str:
     """``Type: first line [component X] (models/x/modeling_x.py:123)``, then ``| cause: ...`` with the root of the
     exception chain when it is another exception (a wrapped ``ConversionError`` hides the missing op), one line."""
-    root = exc
-    while (nxt := root.__cause__ or (None if root.__suppress_context__ else root.__context__)) is not None \
-            and nxt is not root:
-        root = nxt
+    root = _chain(exc)[-1]
     text = _one(exc)
     if root is not exc:
         return f"{text[:170]} | cause: {_one(root)[:170]}"
     return text[:300]
+
+
+def _chain(exc: BaseException) -> list[BaseException]:
+    """``exc`` and the exceptions it was raised from (``__cause__``, else an unsuppressed ``__context__``)."""
+    chain, seen = [], set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        chain.append(exc)
+        exc = exc.__cause__ or (None if exc.__suppress_context__ else exc.__context__)
+    return chain
 
 
 def _one(exc: BaseException) -> str:
