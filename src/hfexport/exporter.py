@@ -174,8 +174,8 @@ class HfExporter(abc.ABC):
             if name == "prefill":  # its own graph: the last position's logits only, as generate() reads them
                 inputs = last_logits_only(submodel, inputs)
             program, metadata = self._export_component(name, submodel, inputs, _stage_config(configs[name]))
-            if name == "decode" and multi_token_decode:
-                _check_query_axis(metadata)
+            if name == "decode":
+                _check_decode(metadata, multi_token_decode)
             exported[name] = ExportedComponent(program, metadata)
         return ExportedModel(
             {name: exported[name] for name in components},
@@ -461,10 +461,18 @@ def _check_stage_shapes(
         raise ConfigError("dynamic_shapes", problems)
 
 
-def _check_query_axis(metadata: ExportMetadata) -> None:
-    """A multi-token decode graph whose query axis came out fixed at several tokens cannot run a one-token step."""
+def _check_decode(metadata: ExportMetadata, multi_token_decode: bool) -> None:
+    """A decode graph must hand its cache on (a model that keeps its state on its modules cannot), and a
+    multi-token one whose query axis came out fixed at several tokens cannot run a one-token step."""
+    if metadata.cache_leaves() and not metadata.returns_cache:
+        raise UnsupportedError(
+            f"{metadata.architecture}'s decode graph takes a cache ({metadata.cache_kwarg}) but neither returns "
+            "nor updates it: the model keeps its recurrent state on its own modules (assigned attributes, which "
+            "the trace folds into constants), so no export can carry that state from one call to the next. "
+            "Generate with the eager model, or export the forward alone (export(), no generate())."
+        )
     length = metadata.query_axis()
-    if isinstance(length, int) and length > 1:
+    if multi_token_decode and isinstance(length, int) and length > 1:
         raise UnsupportedError(
             f"the decode graph was exported for multi_token_decode=True, but its query axis came out fixed at "
             f"{length} tokens (the model's code or the backend's lowering specialised it), so it cannot run a "

@@ -280,6 +280,9 @@ class ExportMetadata:
     #: the machine a compiled program's code was built for (AOTInductor: CPU features, compiler, torch), which its
     #: loader checks before loading the code; empty for the other formats
     compiled_for: dict[str, Any] = dataclasses.field(default_factory=dict)
+    #: ``symbol -> [lower, upper]`` of the inputs' symbolic sizes (``upper`` None: unbounded), as tracing left them
+    #: (a model's branch on a length can bound it: ``s0 <= 6``)
+    dim_ranges: dict[str, list] = dataclasses.field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
@@ -331,12 +334,25 @@ class ExportMetadata:
         ids = self.input_spec(*names)
         return ids.shape[1] if ids is not None and len(ids.shape) == 2 else None
 
+    def query_limit(self, names: tuple[str, ...] = ("input_ids",)) -> int | None:
+        """The most tokens one call takes on the query axis: its size where tracing fixed it, its symbol's upper
+        bound where tracing bounded it, None when unbounded (or without token ids)."""
+        axis = self.query_axis(names)
+        if isinstance(axis, str):
+            return (self.dim_ranges.get(axis) or [None, None])[1]
+        return axis
+
     def takes_prompt(self, prefill_inputs: Mapping[str, Any]) -> bool:
         """Whether this (decode) graph can take a whole prompt: its query axis is symbolic and it takes every tensor
         the prefill call passes."""
         if not isinstance(self.query_axis(("input_ids",)), str):
             return False  # the query axis was fixed at trace time
         return {k for k, v in prefill_inputs.items() if hasattr(v, "shape")} <= set(self.kwargs)
+
+    @property
+    def returns_cache(self) -> bool:
+        """Whether the graph hands a cache on: returns one, updates it in place, or keeps it as its state."""
+        return any(s.role in (IORole.CACHE_OUTPUT, IORole.MUTATION, IORole.STATE) for s in self.outputs)
 
     @property
     def cache_kwarg(self) -> str | None:
@@ -395,7 +411,7 @@ _FIELD_TYPES: dict[str, tuple[Any, str]] = {
     "packages": (dict, "an object"), "export_config": (dict, "an object"), "kwargs": (dict, "an object"),
     "in_constants": (dict, "an object"), "out_constants": (list, "a list"), "inputs": (list, "a list"),
     "outputs": (list, "a list"), "workarounds": (list, "a list"), "program_constants": (list, "a list"),
-    "compiled_for": (dict, "an object"),
+    "compiled_for": (dict, "an object"), "dim_ranges": (dict, "an object"),
 }
 
 

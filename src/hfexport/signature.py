@@ -10,6 +10,7 @@ import importlib.metadata
 from collections.abc import Mapping
 from typing import Any
 
+import sympy
 import torch
 import torch.utils._pytree as pytree
 from torch.export.graph_signature import ConstantArgument, InputKind, OutputKind
@@ -149,7 +150,20 @@ def build_export_metadata(
         inputs=tensor_inputs,
         outputs=outputs,
         workarounds=list(workarounds or []),
+        dim_ranges=_dim_ranges(program, tensor_inputs),
     )
+
+
+def _dim_ranges(program: torch.export.ExportedProgram, specs: list[TensorSpec]) -> dict[str, list]:
+    """``[lower, upper]`` of each symbol in the inputs' shapes, from the program's range constraints (upper None:
+    unbounded)."""
+    symbols = {d for s in specs for d in s.shape if isinstance(d, str)}
+    out: dict[str, list] = {}
+    for symbol, bounds in program.range_constraints.items():
+        if str(symbol) in symbols:
+            upper = bounds.upper  # torch's int_oo (unbounded) is no sympy Integer
+            out[str(symbol)] = [int(bounds.lower), int(upper) if isinstance(upper, sympy.Integer) else None]
+    return out
 
 
 def _leaf_places(inputs: Mapping[str, Any], count: int) -> list[CacheLeaf | None]:

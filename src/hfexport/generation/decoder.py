@@ -26,21 +26,48 @@ def decoder_session(exported: Any, inputs: dict, max_new_tokens: int) -> tuple[t
     mask2d = torch.ones_like(input_ids) if mask2d is None else mask2d.long()
     window = getattr(exported.config, "sliding_window", None) if exported.config is not None else None
     text = TextState(mask2d, max_new_tokens, decode.cache_capacity(), window)
-    prompt_len = input_ids.shape[-1]
-    out = prefill.runner(**inputs, input_ids=input_ids,
-                         **text.kwargs(prefill, 0, prompt_len, prefill.initial_cache(input_ids.shape[0], input_ids.device)))
-    state = {"out": out, "ids": input_ids}
     # a model that keeps no cache: the decode component is the prefill's graph, run on the whole sequence so far
     rereads = decode.cache_key is None and exported.components["decode"].program is exported.components["prefill"].program
+    carried = _carried(decode, inputs)
+    prompt_len = _prefill_length(prefill, decode, input_ids.shape[-1], rereads or not (decode.cache_key or carried))
+    text.length = prompt_len
+    out = prefill.runner(**inputs, input_ids=input_ids[:, :prompt_len],
+                         **text.kwargs(prefill, 0, prompt_len, prefill.initial_cache(input_ids.shape[0], input_ids.device)))
+    state = {"out": out, "ids": input_ids}
 
-    def step(token: torch.Tensor) -> torch.Tensor:
-        position = text.advance()
+    def step(token: torch.Tensor, prompt: bool = False) -> torch.Tensor:
+        position = text.advance(mask2d[:, text.length] if prompt else None)
         if rereads:
             state["ids"] = torch.cat([state["ids"], token[:, None]], dim=-1)
             state["out"] = decode.runner(**inputs, input_ids=state["ids"], **text.kwargs(decode, 0, position + 1, None))
             return state["out"].logits
         cache = getattr(state["out"], decode.cache_key) if decode.cache_key else None
-        state["out"] = decode.runner(**inputs, input_ids=token[:, None], **text.kwargs(decode, position, 1, cache))
+        handed = {key: getattr(state["out"], key) for key in carried}
+        state["out"] = decode.runner(**inputs, **handed, input_ids=token[:, None],
+                                     **text.kwargs(decode, position, 1, cache))
         return state["out"].logits
 
-    return input_ids, out.logits, step
+    logits = out.logits
+    for index in range(prompt_len, input_ids.shape[-1]):  # the prompt's tokens past a fixed prefill length
+        logits = step(input_ids[:, index], prompt=True)
+    return input_ids, logits, step
+
+
+def _carried(decode: Component, inputs: dict) -> list[str]:
+    """The decode graph's kwargs besides the cache that each call's output hands to the next (RWKV's ``state``),
+    as transformers' ``_update_model_kwargs_for_generation`` carries them."""
+    returned = {s.name.split(".")[0] for s in decode.metadata.user_outputs}
+    return [key for key in decode.kwargs if decode.takes(key) and key in returned and key != decode.cache_key
+            and key not in inputs]
+
+
+def _prefill_length(prefill: Component, decode: Component, prompt_len: int, whole: bool) -> int:
+    """How many of the prompt's tokens the prefill graph takes: all of them, unless tracing fixed its sequence axis
+    at fewer (a model whose code loops over the sequence in Python: a recurrent scan, Mamba's slow path, a
+    per-position bias); then it takes that many and the decode graph the rest, one token a call, each updating the
+    cache as a generated token would (how recurrent runtimes prefill). The result is the same sequence of states."""
+    fixed = prefill.metadata.query_limit()
+    if fixed is None or fixed >= prompt_len or whole:  # (``whole``: no state to hand on, or a rereading graph)
+        return prompt_len
+    step_axis = decode.metadata.query_axis(("input_ids",))
+    return prompt_len if isinstance(step_axis, int) and step_axis != 1 else fixed

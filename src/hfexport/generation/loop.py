@@ -192,11 +192,12 @@ class TextState:
         if self.valid is not None:
             self.valid[:, keep:] = False
 
-    def advance(self) -> int:
-        """Account for one new token; returns its position."""
+    def advance(self, present: torch.Tensor | None = None) -> int:
+        """Account for one new token (``present``: a prompt token's mask column, 0 where it is padding); returns
+        its position."""
         position = self.length
         if self.valid is not None:
-            self.valid[:, position] = True
+            self.valid[:, position] = True if present is None else present.bool()
         self.length += 1
         return position
 
