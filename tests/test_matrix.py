@@ -181,6 +181,13 @@ def test_inputs_whose_layout_the_config_does_not_say_are_found_by_running_the_mo
     ("zaya", "ZayaForCausalLM", {"input_ids": (2, 6), "attention_mask": (2, 6)}),
     ("modernvbert", "ModernVBertForMaskedLM",  # an encoder over text with image tokens: an image (1 token) a row
      {"input_ids": (2, 7), "attention_mask": (2, 7), "pixel_values": (2, 1, 3, 32, 32)}),
+    # an image's size beside its pixels (Pixtral's tower): 16 patches of 8 pixels, merged 2 x 2 -> 4 tokens
+    ("mistral3", "Mistral3ForConditionalGeneration",
+     {"input_ids": (2, 10), "attention_mask": (2, 10), "pixel_values": (2, 3, 32, 32), "image_sizes": (2, 2)}),
+    # LLaVA-NeXT's crops: the grid pinpoints scaled with the tower (336 -> 32), so a 32 x 32 image is the base
+    # crop plus a 1 x 2 grid (3 crops): 16 base tokens + the grid unpadded back to 4 x 4 + 4 image_newline = 36
+    ("llava_next", "LlavaNextForConditionalGeneration",
+     {"input_ids": (2, 42), "attention_mask": (2, 42), "pixel_values": (2, 3, 3, 32, 32), "image_sizes": (2, 2)}),
 ])
 def test_models_the_matrix_could_not_build_or_feed_before_run_eagerly(model_type, class_name, shapes):
     """Each of these was cannot-build, no-inputs or eager-fails (issue 22); ``_eager`` is the worker's own path

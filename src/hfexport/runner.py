@@ -229,6 +229,11 @@ class ModelRunner:
             )
         return leaves
 
+    def planned_sizes(self) -> list[list[int] | None]:
+        """Per flat input (the program's order), the largest sizes the runtime takes where it plans its memory
+        ahead of time (ExecuTorch); ``None`` where the traced signature alone decides."""
+        return [None] * len(self._tensor_inputs)
+
     def shape_problems(self, leaves: list[torch.Tensor], bounds: list[list[int] | None] | None = None) -> list[str]:
         """What in ``leaves`` (flat, in the program's order) the traced signature does not take: a rank, a static
         size, or a dynamic size over its bound (``bounds``: the largest sizes per leaf, where the runtime knows

@@ -66,7 +66,7 @@ def _prefill_length(prefill: Component, decode: Component, prompt_len: int, whol
     at fewer (a model whose code loops over the sequence in Python: a recurrent scan, Mamba's slow path, a
     per-position bias); then it takes that many and the decode graph the rest, one token a call, each updating the
     cache as a generated token would (how recurrent runtimes prefill). The result is the same sequence of states."""
-    fixed = prefill.metadata.query_limit()
+    fixed = prefill.query_limit()
     if fixed is None or fixed >= prompt_len or whole:  # (``whole``: no state to hand on, or a rereading graph)
         return prompt_len
     step_axis = decode.metadata.query_axis(("input_ids",))

@@ -64,6 +64,16 @@ class Component:
         specs = (self.metadata.input_spec(f"attention_mask.{key}") for key in self.mask_keys())
         return tuple(s.name.split(".", 1)[1] for s in specs if s is not None and len(s.shape) == 2)
 
+    def query_limit(self) -> int | None:
+        """The most tokens one call takes on its query axis: what tracing fixed or bounded, or what the runtime
+        planned memory for (an ExecuTorch program); None: no limit."""
+        limit = self.metadata.query_limit()
+        index = next((i for i, s in enumerate(self.metadata.inputs) if s.name == "input_ids"), None)
+        planned = self.runner.planned_sizes()[index] if index is not None else None
+        if planned is not None and len(planned) == 2:
+            limit = planned[1] if limit is None else min(limit, planned[1])
+        return limit
+
     def initial_cache(self, batch: int, device: torch.device | str = "cpu") -> Any:
         """An empty cache shaped like the traced one (batch from the call, the rest from the trace)."""
         key = self.cache_key
@@ -160,7 +170,9 @@ class TextState:
     def kwargs(self, component: Component, start: int, q: int, cache: Any) -> dict[str, Any]:
         """Position, mask and cache kwargs for a call on query positions ``start .. start + q``."""
         call: dict[str, Any] = {}
-        if self.padded and start == 0 and component.mask_kind() == "none":  # (an SSM's decode step needs none)
+        # a mask traced away is refused; one the model's generate never passes (XLNet's prepare_inputs_for_generation
+        # drops it) is ignored as eager ignores it; an SSM's decode step needs none
+        if self.padded and start == 0 and component.mask_kind() == "none" and "attention_mask" in component.kwargs:
             raise UnsupportedError(
                 f"this batch is padded, but the {component.name} graph takes no attention mask: its sample inputs "
                 "had none with padding, so the model's code dropped the mask while tracing. Re-export with padded "

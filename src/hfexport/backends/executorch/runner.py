@@ -359,19 +359,23 @@ class ExecutorchRunner(ModelRunner):
             )
         return slots
 
-    def _refused_inputs(self, inputs: list[torch.Tensor], error: RuntimeError) -> UnsupportedError:
-        """The runtime's bare ``set_inputs`` error code, explained: which input the program cannot take, and why."""
+    def planned_sizes(self) -> list[list[int] | None]:
+        """The memory plan's sizes of each flat input: a dynamic dim's upper bound (``None``: one kept as state)."""
         meta = self._method_meta()
-        bounds: list[list[int] | None] = [None] * len(inputs)
-        if meta is not None:  # the memory plan's sizes: a dynamic dim's upper bound
+        bounds: list[list[int] | None] = [None] * len(self.metadata.inputs)
+        if meta is not None:
             constant = {slot for slot, _ in self._constant_slots}
             tensor_slots = [slot for slot in range(meta.num_inputs()) if slot not in constant]
-            for slot, i in zip(tensor_slots, self._fed if self._state else range(len(inputs))):
+            for slot, i in zip(tensor_slots, self._fed if self._state else range(len(bounds))):
                 try:
                     bounds[i] = list(meta.input_tensor_meta(slot).sizes())
                 except (RuntimeError, IndexError):
                     pass
-        problems = self.shape_problems(inputs, bounds) or [
+        return bounds
+
+    def _refused_inputs(self, inputs: list[torch.Tensor], error: RuntimeError) -> UnsupportedError:
+        """The runtime's bare ``set_inputs`` error code, explained: which input the program cannot take, and why."""
+        problems = self.shape_problems(inputs, self.planned_sizes()) or [
             "every input's shape fits the traced signature; a dtype or a size between traced bounds may still differ"
         ]
         return UnsupportedError(

@@ -188,10 +188,15 @@ def _with_image(model: Any, gen: torch.Generator, batch: int, text: dict[str, to
         return {}
     images = _pixels(model, gen, batch)
     hidden = config.get_text_config(decoder=True).hidden_size
-    for pixels in (images, images.unsqueeze(1)):
+    layouts = [images, images.unsqueeze(1)]
+    extra = {}
+    if "image_sizes" in inspect.signature(features).parameters:  # LLaVA-NeXT-like: each image's size, and its
+        extra["image_sizes"] = torch.tensor([list(images.shape[-2:])] * batch)  # crops (base + grid) per row
+        layouts += [images.unsqueeze(1).repeat(1, n, 1, 1, 1) for n in (2, 3, 5)]
+    for pixels in layouts:
         try:
             with torch.no_grad():
-                per_image = _feature_count(features(pixel_values=pixels)) // (batch * hidden)
+                per_image = _feature_count(features(pixel_values=pixels, **extra)) // (batch * hidden)
             ids, mask = text["input_ids"], text.get("attention_mask", torch.ones_like(text["input_ids"]))
             rows, masks = [], []
             for row, row_mask in zip(ids, mask, strict=True):
@@ -200,7 +205,7 @@ def _with_image(model: Any, gen: torch.Generator, batch: int, text: dict[str, to
                 rows.append(torch.cat([row[:n_pad], block, row[n_pad:]]))
                 masks.append(torch.cat([row_mask[:n_pad], torch.ones(per_image, dtype=row_mask.dtype),
                                         row_mask[n_pad:]]))
-            candidate = {"input_ids": torch.stack(rows), "pixel_values": pixels}
+            candidate = {"input_ids": torch.stack(rows), "pixel_values": pixels, **extra}
             if "attention_mask" in text:
                 candidate["attention_mask"] = torch.stack(masks)
             with torch.no_grad():

@@ -285,6 +285,11 @@ def _shrunk(values: dict[str, Any], layers_before: int | None, fit: bool = False
     for key, value in values.items():  # nested sub-configs, e.g. the language model inside a VLM's text_config
         if isinstance(value, dict) and "model_type" in value:
             out[key] = {**value, **_shrunk(value, _layer_count(value), fit)}
+    pinpoints, vision = values.get("image_grid_pinpoints"), values.get("vision_config")
+    if isinstance(pinpoints, list) and isinstance(vision, dict) and isinstance(base := vision.get("image_size"), int):
+        side = out.get("vision_config", vision).get("image_size", base)  # LLaVA-NeXT's crop grids are in units of
+        if side != base and all(len(p) == 2 for p in pinpoints):  # the tower's image size: kept in those units
+            out["image_grid_pinpoints"] = [[h * side // base, w * side // base] for h, w in pinpoints]
     vocab = min(values.get("vocab_size") or VOCAB, VOCAB) if isinstance(values.get("vocab_size"), int) else VOCAB
     out.update(_token_ids(values, vocab))
     return out
