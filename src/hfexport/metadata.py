@@ -351,8 +351,10 @@ class ExportMetadata:
 
     @property
     def returns_cache(self) -> bool:
-        """Whether the graph hands a cache on: returns one, updates it in place, or keeps it as its state."""
-        return any(s.role in (IORole.CACHE_OUTPUT, IORole.MUTATION, IORole.STATE) for s in self.outputs)
+        """Whether the graph hands a cache on: returns one, updates it in place, or keeps it as its state (an
+        input kept inside the program: ExecuTorch's folded cache, OpenVINO's variables)."""
+        return (any(s.role in (IORole.CACHE_OUTPUT, IORole.MUTATION, IORole.STATE) for s in self.outputs)
+                or any(s.role is IORole.STATE for s in self.inputs))
 
     @property
     def cache_kwarg(self) -> str | None:

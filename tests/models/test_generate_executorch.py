@@ -41,11 +41,10 @@ UNSUPPORTED = {
     "(see tests/models/test_executorch_parity.py)",
 }
 
-# (family, cache, multi) -> what fails, measured in the sweep; strict, so a fix upstream shows up as XPASS
-KNOWN_FAILURES = {
-    ("mamba", "dynamic", False): "Method.execute's set_inputs refuses a decode input (error 0x12, InvalidArgument): "
-    "the Mamba trace pins dims to the capture's (see the batch in test_executorch_parity); not diagnosed further",
-}
+# (family, cache, multi) -> what fails, measured in the sweep; strict, so a fix upstream shows up as XPASS.
+# (Mamba's dynamic-cache decode was here: an aten.empty with a symbolic size pinned its dims, fixed by the
+# workaround executorch-symbolic-empty)
+KNOWN_FAILURES: dict = {}
 
 
 def _marks(case):
@@ -105,3 +104,27 @@ def test_image_text_to_text_generates_like_eager(name):
         expected = model.generate(**inputs, max_new_tokens=NEW_TOKENS, do_sample=False)
     got = exported.generate(**inputs, max_new_tokens=NEW_TOKENS)
     assert got.shape == expected.shape and torch.equal(got, expected), (got, expected)
+
+
+def test_a_symbolic_empty_keeps_the_programs_dynamic_sizes():
+    # MiniCPM3's latent attention traces an aten.empty([batch, past + 1]); ExecuTorch's MemoryFormatOpsPass made it
+    # _empty_dim_order(int[] size), guarding batch and length to the capture's values program-wide, so a 9-token
+    # prompt was refused ("set_inputs ... error 0x10") where eager generates (workaround executorch-symbolic-empty)
+    from hfexport.tools.matrix.inputs import sample_inputs
+    from hfexport.tools.matrix.shrink import build_model
+
+    torch.manual_seed(0)
+    model = build_model("minicpm3", "MiniCPM3ForCausalLM")
+    gen = generation_config(model, "dynamic")
+    sample = sample_inputs(model, "minicpm3", batch=2, seq=6, for_generation=True)
+    exported = ExecutorchExporter().export_for_generation(model, sample, ExecutorchConfig(dynamic=True),
+                                                          generation_config=gen)
+    assert "executorch-symbolic-empty" in exported.components["decode"].metadata.workarounds
+    keys = [i for i, s in enumerate(exported.components["decode"].metadata.inputs) if s.name.endswith(".keys")]
+    planned = exported.runner("decode").planned_sizes()[keys[0]]
+    assert planned[2] > 6, planned  # the cache's length axis planned past the capture's
+    prompt = sample_inputs(model, "minicpm3", batch=2, seq=9, for_generation=True)
+    with torch.no_grad():
+        expected = model.generate(**prompt, generation_config=gen, max_new_tokens=12, min_new_tokens=12)
+    got = exported.generate(**prompt, max_new_tokens=12, min_new_tokens=12)
+    assert torch.equal(got, expected), (got, expected)

@@ -17,6 +17,18 @@ from ...metadata import ExportMetadata, IORole, TensorSpec, json_constant, shape
 __all__ = ["record_program_outputs"]
 
 
+def _record_fixed_sizes(by_placeholder: dict[str, TensorSpec], nodes: dict[str, Any]) -> None:
+    """A size that lowering fixed (a pass guarding a symbolic size to its traced value: ExecuTorch's arg validator
+    re-running a MoE routing) is recorded as fixed, so the metadata says what the program takes (the exporter's
+    checks and generate() read it) rather than what the trace took."""
+    for name, spec in by_placeholder.items():
+        val = nodes[name].meta.get("val") if name in nodes else None
+        if val is None or len(val.shape) != len(spec.shape):
+            continue
+        spec.shape = [fixed if isinstance(fixed, int) and isinstance(dim, str) else dim
+                      for dim, fixed in zip(spec.shape, shape_of(val))]
+
+
 def record_program_outputs(manager: Any, metadata: ExportMetadata, method: str = "forward", state: Any = None) -> None:
     """Set ``metadata.outputs`` to the outputs of ``manager``'s ``method``, in the program's order, in place.
 
@@ -40,6 +52,7 @@ def record_program_outputs(manager: Any, metadata: ExportMetadata, method: str =
     by_placeholder = {s.arg.name: spec for s, spec in zip(user_inputs, fed)}
     program = manager.exported_program(method)
     nodes = {n.name: n for n in program.graph.nodes}
+    _record_fixed_sizes(by_placeholder, nodes)
     dropped = state.dropped_outputs if state is not None else set()
     buffers = set(state.inputs.values()) if state is not None else set()
     user = iter([s for i, s in enumerate(metadata.user_outputs) if i not in dropped])
