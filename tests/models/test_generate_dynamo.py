@@ -249,3 +249,44 @@ def test_a_linear_attention_and_sliding_window_hybrid_keeps_its_conv_state(cache
         expected = model.generate(**prompt, generation_config=eager_gen)
     got = exported.generate(**prompt, max_new_tokens=12, min_new_tokens=12)
     assert torch.equal(got, expected), (got, expected)
+
+
+def _longcat():
+    from hfexport.tools.matrix.shrink import build_model
+
+    torch.manual_seed(0)
+    return build_model("longcat_flash", "LongcatFlashForCausalLM")
+
+
+def test_longcat_flashs_experts_without_their_loop_compute_the_same():
+    # LongcatFlashExperts loops over nonzero() of its routing mask (.item() per expert): the decode graph failed
+    # with GuardOnDataDependentSymNode; the workaround computes every (token, choice) at once
+    from hfexport.workarounds.models.longcat_flash import _batched_experts
+
+    model = _longcat()
+    experts = next(m for m in model.modules() if type(m).__name__ == "LongcatFlashExperts")
+    hidden = torch.randn(5, model.config.hidden_size)
+    index = torch.randint(0, experts.total_experts, (5, 3))
+    index[:, 0] = torch.arange(5) % experts.num_routed_experts  # routed experts and identity ones, both chosen
+    assert bool((index >= experts.num_routed_experts).any())
+    weights = torch.rand(5, 3)
+    with torch.no_grad():
+        torch.testing.assert_close(_batched_experts(experts, hidden, index, weights), experts(hidden, index, weights),
+                                   atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.sweep
+def test_longcat_flash_generates_like_eager():
+    from hfexport.tools.matrix.inputs import sample_inputs
+
+    model = _longcat()
+    gen = copy.deepcopy(model.generation_config)
+    gen.do_sample = False
+    sample = sample_inputs(model, "longcat_flash", batch=2, seq=6, for_generation=True)
+    exported = DynamoExporter().export_for_generation(model, sample, DynamoConfig(dynamic=True), generation_config=gen)
+    assert "longcat-flash-batched-experts" in exported.components["decode"].metadata.workarounds
+    prompt = sample_inputs(model, "longcat_flash", batch=2, seq=9, for_generation=True)
+    with torch.no_grad():
+        expected = model.generate(**copy.deepcopy(prompt), generation_config=gen, max_new_tokens=12, min_new_tokens=12)
+    got = exported.generate(**prompt, max_new_tokens=12, min_new_tokens=12)
+    assert torch.equal(got, expected), (got, expected)
