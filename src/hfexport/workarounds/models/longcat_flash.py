@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from ..registry import Workaround, patch_attribute, register_workaround
+from ..registry import patch_attribute, workaround
 
 _LONGCAT = "transformers.models.longcat_flash.modeling_longcat_flash"
 
@@ -45,21 +45,15 @@ def _applies(model: Any, inputs: dict) -> bool:
         type(m) is module.LongcatFlashExperts for m in model.modules())
 
 
+@workaround(
+    id="longcat-flash-batched-experts",
+    backend="all",
+    target=f"{_LONGCAT}.LongcatFlashExperts.forward",
+    breaks="the loop over the experts hit (nonzero() then .item() per expert) makes an unbacked count that "
+    "torch.export cannot guard on (GuardOnDataDependentSymNode: Eq(u0, 0))",
+    upstream="transformers models/longcat_flash/modeling_longcat_flash.py LongcatFlashExperts.forward; no issue known",
+    versions={"transformers": ">=5.0,<5.24"},
+    applies=_applies,
+)
 def _apply(model: Any, inputs: dict) -> Callable[[], None]:
     return patch_attribute(sys.modules[_LONGCAT].LongcatFlashExperts, "forward", _batched_experts)
-
-
-register_workaround(
-    Workaround(
-        id="longcat-flash-batched-experts",
-        backend="all",
-        target=f"{_LONGCAT}.LongcatFlashExperts.forward",
-        breaks="the loop over the experts hit (nonzero() then .item() per expert) makes an unbacked count that "
-        "torch.export cannot guard on (GuardOnDataDependentSymNode: Eq(u0, 0))",
-        upstream="transformers models/longcat_flash/modeling_longcat_flash.py LongcatFlashExperts.forward; no issue "
-        "known",
-        versions={"transformers": ">=5.0,<5.24"},
-        apply=_apply,
-        applies=_applies,
-    )
-)
