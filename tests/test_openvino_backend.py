@@ -185,3 +185,26 @@ def test_a_single_prompt_export_generates_like_eager(model):
     with torch.no_grad():
         expected = model.generate(**prompt, max_new_tokens=10, do_sample=False)
     assert torch.equal(exported.generate(**prompt, max_new_tokens=10, do_sample=False), expected)
+
+
+def test_a_complex_rotary_embedding_converts_and_matches_eager():
+    # DeepSeek-V2's rotary embedding is torch.polar + a complex multiply: the frontend has no aten.polar rule, so
+    # it did not convert ("No conversion rule found for operations: aten.polar.default"); workaround
+    # openvino-complex-rotary traces it with real arithmetic
+    from hfexport.tools.matrix.inputs import sample_inputs
+    from hfexport.tools.matrix.shrink import build_model
+    from hfexport.workarounds.models.complex_rotary import rotate_pairs
+
+    x, angles = torch.randn(2, 3, 5, 8), torch.randn(2, 1, 5, 4)
+    expected = torch.view_as_real(torch.view_as_complex(x.reshape(2, 3, 5, 4, 2)) * torch.polar(
+        torch.ones_like(angles), angles)).flatten(3)
+    torch.testing.assert_close(rotate_pairs(x, torch.stack([angles.cos(), angles.sin()], -1)), expected)
+    torch.manual_seed(0)
+    model = build_model("deepseek_v2", "DeepseekV2ForCausalLM")
+    inputs = sample_inputs(model, "deepseek_v2")
+    with torch.no_grad():
+        eager = model(**inputs)
+    exported = OpenVINOExporter().export(model, inputs, OpenVINOConfig())
+    assert "openvino-complex-rotary" in exported.components["model"].metadata.workarounds
+    report = compare_outputs(exported(**inputs), eager)
+    assert not report["problems"] and report["max_abs_diff"] <= 1e-4, report

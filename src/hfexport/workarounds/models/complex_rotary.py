@@ -1,0 +1,87 @@
+"""OpenVINO: DeepSeek-V2's and Llama-4's complex rotary embedding, traced with real arithmetic.
+
+Their rotary embedding builds ``torch.polar(ones, freqs)`` (a complex tensor) and ``apply_rotary_emb`` multiplies
+``view_as_complex`` pairs of the queries and keys by it, then ``view_as_real``. OpenVINO's PyTorch frontend has no
+conversion rule for ``aten.polar`` ("No conversion rule found for operations: aten.polar.default", openvino
+2026.3.1), so neither model converts. While tracing for OpenVINO, the rotary embedding returns each position's
+``(cos, sin)`` pairs as a real ``[..., dim / 2, 2]`` tensor (scaled as the complex one was) and ``apply_rotary_emb``
+rotates each (even, odd) pair with them: ``(a cos - b sin, a sin + b cos)``, the same products as the complex
+multiply. Nothing else reads the rotary embedding's output. Drop it once the frontend converts ``aten.polar`` and
+complex multiplication.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from ..registry import patch_attribute, workaround
+
+__all__ = ["rotate_pairs"]
+
+# module -> (rotary class, how the (cos, sin) table broadcasts to [batch, heads, seq, pairs] or [batch, seq, heads,
+# pairs] queries: the axis the heads take)
+_MODELS = {
+    "transformers.models.deepseek_v2.modeling_deepseek_v2": ("DeepseekV2RotaryEmbedding", 1),
+    "transformers.models.llama4.modeling_llama4": ("Llama4TextRotaryEmbedding", 2),
+}
+
+
+def _real_rotary(self: Any, x: torch.Tensor, position_ids: torch.Tensor) -> torch.Tensor:
+    """The rotary table as real ``(cos, sin)`` pairs, ``[batch, seq, dim / 2, 2]``."""
+    freqs = position_ids[..., None].float() * self.inv_freq.to(device=x.device, dtype=torch.float)
+    return torch.stack([freqs.cos(), freqs.sin()], dim=-1) * self.attention_scaling
+
+
+def rotate_pairs(x: torch.Tensor, table: torch.Tensor) -> torch.Tensor:
+    """``view_as_real(view_as_complex(x pairs) * complex(table))`` flattened back, with real arithmetic."""
+    pairs = x.float().reshape(*x.shape[:-1], -1, 2)
+    real, imag = pairs[..., 0], pairs[..., 1]
+    cos, sin = table[..., 0], table[..., 1]
+    return torch.stack([real * cos - imag * sin, real * sin + imag * cos], dim=-1).flatten(3).type_as(x)
+
+
+def _real_apply(heads_axis: int) -> Callable[..., tuple[torch.Tensor, torch.Tensor]]:
+    def apply_rotary_emb(xq: torch.Tensor, xk: torch.Tensor, freqs_cis: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        table = freqs_cis.unsqueeze(heads_axis).to(xq.device)
+        return rotate_pairs(xq, table), rotate_pairs(xk, table)
+
+    return apply_rotary_emb
+
+
+def _modules(model: Any) -> list[tuple[Any, str, int]]:
+    found = []
+    for name, (rotary, axis) in _MODELS.items():
+        module = sys.modules.get(name)
+        kind = getattr(module, rotary, None) if module is not None else None
+        mine = [m for m in model.modules() if type(m) is kind] if kind is not None and hasattr(model, "modules") else []
+        # (a dynamic rope recomputes its frequencies per call: dynamic_rope_update, which the patch leaves out)
+        if mine and all(getattr(m, "rope_type", "default") not in ("dynamic", "longrope") for m in mine):
+            found.append((module, rotary, axis))
+    return found
+
+
+@workaround(
+    id="openvino-complex-rotary",
+    backend="openvino",
+    target="transformers DeepseekV2RotaryEmbedding / Llama4TextRotaryEmbedding and their apply_rotary_emb",
+    breaks="the rotary embedding's torch.polar and complex multiply do not convert: 'No conversion rule found for "
+    "operations: aten.polar.default'",
+    upstream="openvino PyTorch frontend (no aten.polar translator in 2026.3.1); no issue known",
+    versions={"openvino": ">=2024.0,<2027"},
+    applies=lambda model, inputs: bool(_modules(model)),
+)
+def _apply(model: Any, inputs: dict):
+    undos = []
+    for module, rotary, axis in _modules(model):
+        undos.append(patch_attribute(getattr(module, rotary), "forward", _real_rotary))
+        undos.append(patch_attribute(module, "apply_rotary_emb", _real_apply(axis)))
+
+    def undo() -> None:
+        for one in reversed(undos):
+            one()
+
+    return undo
