@@ -170,9 +170,7 @@ class TextState:
     def kwargs(self, component: Component, start: int, q: int, cache: Any) -> dict[str, Any]:
         """Position, mask and cache kwargs for a call on query positions ``start .. start + q``."""
         call: dict[str, Any] = {}
-        # a mask traced away is refused; one the model's generate never passes (XLNet's prepare_inputs_for_generation
-        # drops it) is ignored as eager ignores it; an SSM's decode step needs none
-        if self.padded and start == 0 and component.mask_kind() == "none" and "attention_mask" in component.kwargs:
+        if self.padded and start == 0 and component.mask_kind() == "none":  # (an SSM's decode step needs none)
             raise UnsupportedError(
                 f"this batch is padded, but the {component.name} graph takes no attention mask: its sample inputs "
                 "had none with padding, so the model's code dropped the mask while tracing. Re-export with padded "
