@@ -42,7 +42,7 @@ def decoder_session(exported: Any, inputs: dict, max_new_tokens: int) -> tuple[t
             state["out"] = decode.runner(**inputs, input_ids=state["ids"], **text.kwargs(decode, 0, position + 1, None))
             return state["out"].logits
         cache = getattr(state["out"], decode.cache_key) if decode.cache_key else None
-        handed = {key: getattr(state["out"], key) for key in carried}
+        handed = {key: getattr(state["out"], key) for key in carried} if carried else {}
         state["out"] = decode.runner(**inputs, **handed, input_ids=token[:, None],
                                      **text.kwargs(decode, position, 1, cache))
         return state["out"].logits
@@ -62,12 +62,15 @@ def _carried(decode: Component, inputs: dict) -> list[str]:
 
 
 def _prefill_length(prefill: Component, decode: Component, prompt_len: int, whole: bool) -> int:
-    """How many of the prompt's tokens the prefill graph takes: all of them, unless tracing fixed its sequence axis
-    at fewer (a model whose code loops over the sequence in Python: a recurrent scan, Mamba's slow path, a
-    per-position bias); then it takes that many and the decode graph the rest, one token a call, each updating the
-    cache as a generated token would (how recurrent runtimes prefill). The result is the same sequence of states."""
+    """How many of the prompt's tokens the prefill graph takes: all of them, unless tracing fixed or bounded its
+    sequence axis at fewer (a model whose code loops over the sequence in Python: a recurrent scan, Mamba's slow
+    path) or its runtime planned memory for fewer (ExecuTorch); then it takes that many and the decode graph the
+    rest, one token a call, each updating the cache as a generated token would (how recurrent runtimes prefill).
+    ``whole``: the graphs hand no state on, or the decode graph rereads the sequence: the prefill takes it all."""
+    if whole:
+        return prompt_len
     fixed = prefill.query_limit()
-    if fixed is None or fixed >= prompt_len or whole:  # (``whole``: no state to hand on, or a rereading graph)
+    if fixed is None or fixed >= prompt_len:
         return prompt_len
     step_axis = decode.metadata.query_axis(("input_ids",))
     return prompt_len if isinstance(step_axis, int) and step_axis != 1 else fixed
