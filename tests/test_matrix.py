@@ -207,6 +207,35 @@ def test_models_the_matrix_could_not_build_or_feed_before_run_eagerly(model_type
     assert sum(p.numel() for p in model.parameters()) < 30_000_000
 
 
+@pytest.mark.parametrize("model_type,class_name,shapes", [
+    # a Qwen-VL-like image-text model: patches and grid of a 4 x 4-patch image a row (merge 2: 4 tokens), wrapped
+    # in <vision_start> ... <vision_end>, and the processor's mm_token_type_ids (M-RoPE finds the image by them)
+    ("qwen3_vl", "Qwen3VLForConditionalGeneration", {"input_ids": (2, 12), "attention_mask": (2, 12),
+     "pixel_values": (32, 384), "image_grid_thw": (2, 3), "mm_token_type_ids": (2, 12)}),
+    # an image-text model over a NaFlex tower: one image a row as patches, their mask and grid (4 tokens)
+    ("lfm2_vl", "Lfm2VlForConditionalGeneration", {"input_ids": (2, 10), "attention_mask": (2, 10),
+     "pixel_values": (2, 16, 192), "pixel_attention_mask": (2, 16), "spatial_shapes": (2, 2)}),
+])
+def test_image_text_models_whose_tower_takes_a_grid_or_patches_get_an_image(model_type, class_name, shapes):
+    """They got text only before (generate: no-inputs, issue 22). The image must reach the logits: other pixels,
+    other logits at the text after the image."""
+    import torch
+
+    model = build_model(model_type, class_name)
+    inputs = sample_inputs(model, model_type)
+    assert {k: tuple(v.shape) for k, v in inputs.items()} == shapes
+    token = model.config.image_token_id
+    assert (inputs["input_ids"] == token).sum(dim=1).tolist() == [4, 4]
+    if "mm_token_type_ids" in inputs:
+        assert torch.equal(inputs["mm_token_type_ids"].bool(), inputs["input_ids"] == token)
+        start, end = model.config.vision_start_token_id, model.config.vision_end_token_id
+        assert inputs["input_ids"][1, :6].tolist() == [start, token, token, token, token, end]
+    with torch.no_grad():
+        logits = model(**inputs).logits[:, -1]
+        other = model(**{**inputs, "pixel_values": inputs["pixel_values"] + 1.0}).logits[:, -1]
+    assert (logits - other).abs().max() > 1e-4
+
+
 def test_a_shrunk_model_builds_small_deterministic_and_runs_on_its_sample_inputs():
     import torch
 

@@ -5,7 +5,10 @@ models also get ``decoder_input_ids`` starting with their decoder start token (n
 the decoder itself). Images: ``pixel_values`` ``[2, channels, size, size]`` at the config's image size. Audio:
 ``input_features`` ``[2, mel_bins, 2 * max_source_positions]`` (Whisper layout) or ``[2, frames, features]``, and
 raw ``input_values`` ``[2, 1600]``. Image-text-to-text models get one image per row with as many image tokens as their
-vision tower makes features, where pixels and an image-token id are all they need (else text only); families
+vision tower makes features (wrapped in the family's image start and end tokens where it has them, with the
+processor's ``mm_token_type_ids`` where the forward takes them), where its ``get_image_features`` takes pixels (with
+their sizes, a second tower's pixels, a pixel mask), flattened patches and a ``grid_thw`` (Qwen-VL-like) or NaFlex
+patches, and an image-token id is all they need (else text only); families
 with a hand-written tiny case (:data:`hfexport.tools.matrix.shrink.FROM_TINY_CASES`) use its inputs. Vision towers
 that take patches and a ``grid_thw``, videos, mono audio and transposed features: :mod:`.media` tries the other
 layouts of a tensor until the model runs on one; a required media input of a text-first class is added. Images of a
@@ -174,11 +177,56 @@ def _feature_count(features: Any) -> int:
     raise TypeError(f"image features of type {type(features).__name__}")
 
 
+def _image_kwargs(model: Any, features: Any, gen: torch.Generator, batch: int) -> Iterator[dict[str, Any]]:
+    """What ``get_image_features`` may take for one image per row: pixels ``[B, C, H, W]``, then one image per row
+    ``[B, 1, C, H, W]`` (Idefics-like towers), with each image's size and its crops where it takes ``image_sizes``
+    (LLaVA-NeXT-like: a base crop plus a grid); flattened patches and their ``image_grid_thw`` where it takes a grid
+    (Qwen-VL-like towers)."""
+    config = model.config
+    params = inspect.signature(features).parameters
+    if any(k in params for k in GRID_KEYS):
+        yield from grid_candidates(getattr(config, "vision_config", None) or config, gen, batch, params)
+        return
+    images = _pixels(model, gen, batch)
+    if "spatial_shapes" in params:  # a NaFlex tower (LFM2-VL's SigLIP 2): one image per row, cut into patches
+        yield from patch_candidates(getattr(config, "vision_config", None) or config, gen, batch, images.shape[-1],
+                                    params)
+        return
+    extra = {}
+    if "image_sizes" in params:
+        extra["image_sizes"] = torch.tensor([list(images.shape[-2:])] * batch)
+    for name in params:  # a second tower's own images (DeepSeek-VL hybrid's high_res_pixel_values), at its size
+        prefix = name[: -len("_pixel_values")] if name.endswith("_pixel_values") else None
+        side = _find(getattr(config, f"{prefix}_vision_config", None), "image_size") if prefix else None
+        if isinstance(side, int):
+            extra[name] = torch.randn(batch, images.shape[1], side, side, generator=gen)
+    layouts = [images, images.unsqueeze(1)]
+    layouts += [images.unsqueeze(1).repeat(1, n, 1, 1, 1) for n in (2, 3, 5) if "image_sizes" in params]
+    for pixels in layouts:
+        yield {"pixel_values": pixels, **extra}
+        if "pixel_attention_mask" in params:  # then with its mask, where the tower needs one (Idefics3-like)
+            mask = torch.ones(*pixels.shape[:-3], *pixels.shape[-2:], dtype=torch.long)
+            yield {"pixel_values": pixels, **extra, "pixel_attention_mask": mask}
+
+
+def _image_block(config: Any, token: int, count: int) -> list[list[int]]:
+    """The placeholder ids of one image: ``count`` image tokens, then the same wrapped in the family's start and end
+    tokens where the config names them (Qwen-VL's ``vision_start_token_id``, GLM-4V's ``image_start_token_id``:
+    the rope index finds images by them)."""
+    blocks = [[token] * count]
+    for start, end in (("vision_start_token_id", "vision_end_token_id"), ("image_start_token_id", "image_end_token_id"),
+                       ("boi_token_id", "eoi_token_id")):
+        first, last = getattr(config, start, None), getattr(config, end, None)
+        if isinstance(first, int) and isinstance(last, int):
+            blocks.insert(0, [first, *blocks[-1], last])
+    return blocks
+
+
 def _with_image(model: Any, gen: torch.Generator, batch: int, text: dict[str, torch.Tensor]) -> dict[str, Any]:
-    """One image per row: ``pixel_values`` (``[B, C, H, W]``, else ``[B, 1, C, H, W]``: Idefics-like towers take
-    images per row) and as many image tokens as the vision tower makes features, right after each row's left
-    padding. Falls back to the text alone (``{}``) when the model needs more than that (image sizes, grids) or takes
-    no plain image-token id: the eager forward decides."""
+    """One image per row (:func:`_image_kwargs`) and as many image tokens as the vision tower makes features (wrapped
+    in the family's start and end tokens where it has them), right after each row's left padding. Falls back to the
+    text alone (``{}``) when the model needs more than that or takes no plain image-token id: the eager forward
+    decides."""
     config = model.config
     token = getattr(config, "image_token_id", None)
     token = getattr(config, "image_token_index", None) if token is None else token
@@ -186,33 +234,34 @@ def _with_image(model: Any, gen: torch.Generator, batch: int, text: dict[str, to
     features = getattr(model, "get_image_features", None) or getattr(model.base_model, "get_image_features", None)
     if not isinstance(token, int) or features is None:
         return {}
-    images = _pixels(model, gen, batch)
     hidden = config.get_text_config(decoder=True).hidden_size
-    layouts = [images, images.unsqueeze(1)]
-    extra = {}
-    if "image_sizes" in inspect.signature(features).parameters:  # LLaVA-NeXT-like: each image's size, and its
-        extra["image_sizes"] = torch.tensor([list(images.shape[-2:])] * batch)  # crops (base + grid) per row
-        layouts += [images.unsqueeze(1).repeat(1, n, 1, 1, 1) for n in (2, 3, 5)]
-    for pixels in layouts:
+    params = inspect.signature(model.forward).parameters
+    for extra in _image_kwargs(model, features, gen, batch):
         try:
             with torch.no_grad():
-                per_image = _feature_count(features(pixel_values=pixels, **extra)) // (batch * hidden)
+                per_image = _feature_count(features(**extra)) // (batch * hidden)
+        except Exception:  # noqa: BLE001 - not this layout: the next one
+            continue
+        for block in _image_block(config, token, per_image):
             ids, mask = text["input_ids"], text.get("attention_mask", torch.ones_like(text["input_ids"]))
             rows, masks = [], []
             for row, row_mask in zip(ids, mask, strict=True):
                 n_pad = int((row_mask == 0).sum())
-                block = torch.full((per_image,), token, dtype=row.dtype)
-                rows.append(torch.cat([row[:n_pad], block, row[n_pad:]]))
-                masks.append(torch.cat([row_mask[:n_pad], torch.ones(per_image, dtype=row_mask.dtype),
+                placeholder = torch.tensor(block, dtype=row.dtype)
+                rows.append(torch.cat([row[:n_pad], placeholder, row[n_pad:]]))
+                masks.append(torch.cat([row_mask[:n_pad], torch.ones(len(block), dtype=row_mask.dtype),
                                         row_mask[n_pad:]]))
-            candidate = {"input_ids": torch.stack(rows), "pixel_values": pixels, **extra}
+            candidate = {"input_ids": torch.stack(rows), **extra}
             if "attention_mask" in text:
                 candidate["attention_mask"] = torch.stack(masks)
-            with torch.no_grad():
-                model(**candidate)
-        except Exception:  # noqa: BLE001 - this family needs more than pixels + tokens: next layout, or text only
-            continue
-        return candidate
+            if "mm_token_type_ids" in params:  # (the processor's: 1 on image tokens; Qwen3-VL's M-RoPE reads it)
+                candidate["mm_token_type_ids"] = (candidate["input_ids"] == token).long()
+            try:
+                with torch.no_grad():
+                    model(**candidate)
+            except Exception:  # noqa: BLE001 - this family needs more than pixels + tokens: next layout, or text only
+                continue
+            return candidate
     return {}
 
 
