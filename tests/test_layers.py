@@ -21,7 +21,7 @@ LAYERS: dict[str, int] = {
     # 0: typed errors, versions, format names, the cache pytree registration and leaf walk
     "hfexport.errors": 0, "hfexport._versions": 0, "hfexport.formats": 0, "hfexport.pytrees": 0,
     # 1: what is written about an export, and the manifest
-    "hfexport.metadata": 1, "hfexport.manifest_schema": 1, "hfexport.manifest": 1,
+    "hfexport.metadata": 1, "hfexport.derived": 1, "hfexport.manifest_schema": 1, "hfexport.manifest": 1,
     # 2: contracts and registries
     "hfexport.quantizers.base": 2, "hfexport.configs": 2, "hfexport.registry": 2, "hfexport.workarounds": 2,
     # 3: capture, signature, runner, quantizers, the workarounds themselves

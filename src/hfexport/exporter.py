@@ -4,9 +4,9 @@
 lower] → finish (see :mod:`hfexport.stages`), on a quantized copy of the model when the quantizer works on the eager
 module (``quantizes_module``: quantize → export_program). A backend subclasses :class:`HfExporter`, sets
 ``export_format`` / ``config_class`` / its package needs, implements :meth:`~HfExporter.lower` (the traced program to
-the backend's program) and :meth:`~HfExporter.finish` (passes over it that need no workaround), and
-:meth:`~HfExporter.save_program` / :meth:`~HfExporter.load_program`. A backend whose export is not a
-``torch.export`` trace may override :meth:`~HfExporter.export_program` whole, as the spec allows.
+the backend's program), :meth:`~HfExporter.finish` (passes over it that need no workaround), :meth:`~HfExporter.
+save_program` and :meth:`~HfExporter.load_program`; one whose export is no ``torch.export`` trace may override
+:meth:`~HfExporter.export_program` whole, as the spec allows.
 """
 
 from __future__ import annotations
@@ -23,13 +23,14 @@ from typing import Any, ClassVar
 import torch
 
 from ._versions import TESTED, check_packages, pip_line
-from .pytrees import register_cache_classes
+from .capture.derive import derive_vision_inputs
 from .capture.prepare import check_attention_implementation, patch_model_config, prepare_for_export
 from .capture.shapes import StageDynamicShapes, resolve_dynamic_shapes
 from .configs import ExportConfigMixin, ExportFormat
 from .errors import ConfigError, ExportError, HfExportError, UnsupportedError
 from .exported import ExportedComponent, ExportedModel
 from .metadata import ExportMetadata
+from .pytrees import register_cache_classes
 from .quantizers.calibration import calibrate_components, check_quantizers, same_recipe
 from .signature import build_export_metadata
 from .stages import ExportStep, StageClock, StageTiming, first_lines, hint_for
@@ -238,6 +239,7 @@ class HfExporter(abc.ABC):
             self.check(step)
         with stage("prepare"):
             model, inputs, flags = prepare_for_export(model, sample_inputs)
+            inputs, derived = derive_vision_inputs(model, inputs)
             step.inputs = inputs
             register_cache_classes(model)
             dynamic_shapes = resolve_dynamic_shapes(config, inputs, static_caches=static_caches)
@@ -266,6 +268,7 @@ class HfExporter(abc.ABC):
                     metadata = build_export_metadata(
                         program, model, inputs, config, packages=self.trace_packages, workarounds=fired, flags=flags
                     )
+                    metadata.derived_inputs = derived
                 with stage("lower"):
                     lowered = self.lower(program, metadata, step)
             _warn_specialised(metadata, dynamic_shapes, config)
@@ -402,13 +405,8 @@ def _warn_specialised(metadata: ExportMetadata, dynamic_shapes: Any, config: Exp
     """With ``dynamic=True``, say which user-input dims the model's code pinned to their traced size."""
     if not getattr(config, "dynamic", False) or getattr(config, "dynamic_shapes", None) is not None:
         return
-    pinned = [
-        f"{spec.name}[{i}]={size}"
-        for spec in metadata.inputs
-        if spec.role.value == "input"
-        for i, size in enumerate(spec.shape)
-        if isinstance(size, int) and size > 1
-    ]
+    pinned = [f"{spec.name}[{i}]={size}" for spec in metadata.inputs if spec.role.value == "input"
+              for i, size in enumerate(spec.shape) if isinstance(size, int) and size > 1]
     if pinned:
         logger.info("dims specialised while tracing (the model branches on them): %s", ", ".join(pinned))
 

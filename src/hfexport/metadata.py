@@ -17,6 +17,7 @@ from typing import Any
 import torch
 import torch.utils._pytree as pytree
 
+from .derived import DerivedInput
 from .pytrees import is_cache, load_spec
 
 __all__ = ["ExportMetadata", "IORole", "TensorSpec", "KwargKind", "KwargSpec", "LeafRole", "CacheLeaf"]
@@ -283,11 +284,15 @@ class ExportMetadata:
     #: ``symbol -> [lower, upper]`` of the inputs' symbolic sizes (``upper`` None: unbounded), as tracing left them
     #: (a model's branch on a length can bound it: ``s0 <= 6``)
     dim_ranges: dict[str, list] = dataclasses.field(default_factory=dict)
+    #: traced inputs the model derives from another input in Python (a vision tower's packed offsets from its
+    #: grid), computed again from the caller's input at run time (:mod:`hfexport.derived`)
+    derived_inputs: list[DerivedInput] = dataclasses.field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
         out["inputs"] = [s.to_dict() for s in self.inputs]
         out["outputs"] = [s.to_dict() for s in self.outputs]
+        out["derived_inputs"] = [d.to_dict() for d in self.derived_inputs]
         return out
 
     @classmethod
@@ -308,6 +313,9 @@ class ExportMetadata:
                 _expect(_is_json(kwargs[key]), key, kwargs[key], "a serialized tree spec (JSON text)")
         kwargs["inputs"] = [TensorSpec.from_dict(s) for s in kwargs.get("inputs", [])]
         kwargs["outputs"] = [TensorSpec.from_dict(s) for s in kwargs.get("outputs", [])]
+        derived = kwargs.get("derived_inputs", [])
+        _expect(all(isinstance(d, Mapping) for d in derived), "derived_inputs", derived, "a list of objects")
+        kwargs["derived_inputs"] = [DerivedInput.from_dict(d) for d in derived]
         return cls(**kwargs)
 
     # --- derived views, used by the runners -------------------------------------------------------------------
@@ -413,7 +421,7 @@ _FIELD_TYPES: dict[str, tuple[Any, str]] = {
     "packages": (dict, "an object"), "export_config": (dict, "an object"), "kwargs": (dict, "an object"),
     "in_constants": (dict, "an object"), "out_constants": (list, "a list"), "inputs": (list, "a list"),
     "outputs": (list, "a list"), "workarounds": (list, "a list"), "program_constants": (list, "a list"),
-    "compiled_for": (dict, "an object"), "dim_ranges": (dict, "an object"),
+    "compiled_for": (dict, "an object"), "dim_ranges": (dict, "an object"), "derived_inputs": (list, "a list"),
 }
 
 

@@ -16,6 +16,7 @@ from typing import Any, ClassVar
 import torch
 import torch.utils._pytree as pytree
 
+from .derived import derive
 from .errors import HfExportError, UnsupportedError
 from .metadata import ExportMetadata, IORole, KwargKind, LeafRole
 from .pytrees import load_spec, tensor_leaves
@@ -152,6 +153,8 @@ class ModelRunner:
             )
         for key in self._flags.intersection(kwargs):
             self._check_constant(key, kwargs[key])
+        if self.metadata.derived_inputs:  # (a vision tower's offsets from its grid: computed as the model does)
+            kwargs = {**kwargs, **derive(self.metadata.derived_inputs, kwargs)}
         selected: dict[str, Any] = {}
         missing = []
         for key in self._traced_keys:

@@ -175,7 +175,8 @@ def _merge_modalities(config: Any, parts: dict, input_ids: torch.Tensor, embeds:
         if not call:
             continue  # a text-only prompt: nothing to merge
         refuse_packed_images(config)
-        absent = [k for k in traced if k not in call]
+        derived = {k for d in encoder.metadata.derived_inputs if d.source in call for k in d.keys}  # (its runner's)
+        absent = [k for k in traced if k not in call and k not in derived]
         if absent:
             raise UnsupportedError(f"the image encoder needs {absent}; pass them with pixel_values")
         embeds = merge_image_features(input_ids, embeds, _vision_features(config, parts, encoder, call),

@@ -1,0 +1,102 @@
+"""Packed vision towers (Qwen3-VL's, GLM-4V's, ...): the inputs they derive from their grid with transformers'
+``vision_utils`` helpers are recorded at export and derived again from the caller's grid at run time, and their
+attention traces as one masked call (workaround ``packed-vision-attention``). Before (issue 22), every such tower
+failed to trace with ``GuardOnDataDependentSymNode`` on the grid's values."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from hfexport import DynamoConfig, ExportedModel
+from hfexport.derived import DerivedInput
+from hfexport.exporter_dynamo import DynamoExporter
+from hfexport.metadata import ExportMetadata
+from hfexport.tools.matrix.shrink import build_model
+
+
+def _patches(model, grid: list[list[int]], seed: int = 0) -> dict[str, torch.Tensor]:
+    config = model.config
+    width = config.in_channels * config.temporal_patch_size * config.patch_size ** 2
+    n = sum(t * h * w for t, h, w in grid)
+    gen = torch.Generator().manual_seed(seed)
+    return {"hidden_states": torch.randn(n, width, generator=gen), "grid_thw": torch.tensor(grid)}
+
+
+@pytest.fixture(scope="module")
+def tower():
+    return build_model("qwen3_vl_vision", "Qwen3VLVisionModel")
+
+
+def test_a_derived_input_names_a_vision_utils_helper_and_plain_settings():
+    with pytest.raises(ValueError, match="not one of"):
+        DerivedInput("eval", "grid_thw", {}, ("cu_seqlens",))
+    with pytest.raises(ValueError, match="plain numbers"):
+        DerivedInput("get_vision_position_ids", "grid_thw", {"spatial_merge_size": torch.tensor([2])},
+                     ("position_ids",))
+    with pytest.raises(ValueError, match="not what"):
+        DerivedInput("get_vision_cu_seqlens", "grid_thw", {}, ("position_ids",))
+    entry = {"helper": "os.system", "source": "grid_thw", "args": {}, "keys": ["cu_seqlens"]}
+    with pytest.raises(ValueError, match="not one of"):
+        ExportMetadata.from_dict({"derived_inputs": [entry]})
+    with pytest.raises(ValueError, match="derived_inputs"):
+        ExportMetadata.from_dict({"derived_inputs": "get_vision_cu_seqlens"})
+
+
+def test_a_packed_vision_tower_exports_and_runs_on_other_grids_than_its_sample(tower, tmp_path):
+    sample = _patches(tower, [[1, 4, 4], [1, 4, 4]])
+    exported = DynamoExporter().export(tower, sample, config=DynamoConfig(dynamic=True))
+    metadata = exported.components["model"].metadata
+    assert "packed-vision-attention" in metadata.workarounds
+    helpers = {d.helper: d for d in metadata.derived_inputs}
+    assert {"get_vision_attention_seqlens", "get_vision_position_ids",
+            "get_vision_interpolation_indices_and_weights"} <= set(helpers)
+    assert helpers["get_vision_position_ids"].args["spatial_merge_size"] == tower.config.spatial_merge_size
+    assert {"cu_seqlens", "position_ids", "interp_indices", "interp_weights"} <= set(metadata.kwargs)
+    exported.save_pretrained(tmp_path / "tower")
+    loaded = ExportedModel.from_pretrained(tmp_path / "tower")
+    # three images, none of the sample's size (patches of one must not attend to another's), then a single one
+    for grid, tokens in (([[1, 4, 8], [1, 8, 4], [1, 2, 2]], 17), ([[1, 4, 4]], 4)):
+        other = _patches(tower, grid, seed=1)
+        with torch.no_grad():
+            expected = tower(**other)
+        for model in (exported, loaded):
+            got = model(**other)
+            assert got.pooler_output.shape == expected.pooler_output.shape == (tokens, tower.config.out_hidden_size)
+            assert (got.pooler_output - expected.pooler_output).abs().max() < 1e-4
+            for mine, theirs in zip(got.deepstack_features, expected.deepstack_features, strict=True):
+                assert (mine - theirs).abs().max() < 1e-4
+
+
+def test_the_callers_own_precomputed_tensor_wins(tower):
+    sample = _patches(tower, [[1, 4, 4], [1, 4, 4]])
+    exported = DynamoExporter().export(tower, sample, config=DynamoConfig(dynamic=True))
+    cu_seqlens = torch.tensor([0, 32], dtype=torch.int32)  # both images as one: each patch sees all 32
+    with torch.no_grad():
+        expected = tower(**sample, cu_seqlens=cu_seqlens.clone())
+        separate = tower(**sample)
+    got = exported(**sample, cu_seqlens=cu_seqlens)
+    assert (expected.pooler_output - separate.pooler_output).abs().max() > 1e-3  # the option changes eager's result
+    assert (got.pooler_output - expected.pooler_output).abs().max() < 1e-4
+
+
+@pytest.mark.parametrize("backend", ["onnx", "openvino", "executorch"])
+def test_a_packed_vision_tower_runs_like_eager_on_every_backend(tower, backend):
+    """ExecuTorch also needs its Conv3d patch embedding traced as a linear (workaround executorch-conv3d-patches):
+    its portable convolution takes no 5-D input, and the program failed at run time with error 0x12."""
+    import hfexport
+
+    exporter = {"onnx": "OnnxExporter", "openvino": "OpenVINOExporter", "executorch": "ExecutorchExporter"}[backend]
+    config = {"onnx": "OnnxConfig", "openvino": "OpenVINOConfig", "executorch": "ExecutorchConfig"}[backend]
+    sample = _patches(tower, [[1, 4, 4], [1, 4, 4]])
+    exported = getattr(hfexport, exporter)().export(tower, sample, config=getattr(hfexport, config)(dynamic=True))
+    fired = exported.components["model"].metadata.workarounds
+    assert "packed-vision-attention" in fired
+    assert ("executorch-conv3d-patches" in fired) == (backend == "executorch")
+    for grid in ([[1, 4, 8], [1, 2, 2]], [[1, 4, 4]]):
+        other = _patches(tower, grid, seed=2)
+        with torch.no_grad():
+            expected = tower(**other).pooler_output
+        got = exported(**other).pooler_output
+        assert got.shape == expected.shape
+        assert (got - expected).abs().max() < 1e-4
