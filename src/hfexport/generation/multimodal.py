@@ -66,7 +66,8 @@ def generate_multimodal(exported: Any, plan: Any, inputs: dict) -> Any:
     mask2d = inputs.pop("attention_mask", None)
     mask2d = torch.ones_like(input_ids) if mask2d is None else mask2d.long()
     embeds = _run(parts["embed_tokens"], {_only_key(parts["embed_tokens"]): input_ids})
-    embeds = _merge_modalities(config, parts, input_ids, embeds, inputs)
+    deepstack: dict[str, Any] = {}  # (Qwen3-VL's vision features added again at early layers)
+    embeds = _merge_modalities(config, parts, input_ids, embeds, inputs, deepstack)
     positions = _prefill_positions(exported, lm, input_ids, mask2d, inputs)
     positions = positions + POSITION_OFFSET.get(getattr(config, "model_type", None), 0)
     window = getattr(_text_config(config), "sliding_window", None)
@@ -74,7 +75,7 @@ def generate_multimodal(exported: Any, plan: Any, inputs: dict) -> Any:
 
     call = text.kwargs(lm, 0, prompt_len, lm.initial_cache(batch, input_ids.device))
     _use_model_masks(exported, lm, call, embeds, mask2d, inputs)
-    lm_out = lm.runner(inputs_embeds=embeds, **call)
+    lm_out = lm.runner(inputs_embeds=embeds, **call, **deepstack)
     hidden = lm_out.last_hidden_state if hasattr(lm_out, "last_hidden_state") else lm_out[0]
     logits = _run(head, {_only_key(head): hidden[:, -1:, :]})
     # token types the decode graph reads (Gemma3's are a constant None after the prompt)
@@ -162,7 +163,8 @@ def _run(component: Component, call: dict) -> Any:
     return out[0] if isinstance(out, list | tuple) else out
 
 
-def _merge_modalities(config: Any, parts: dict, input_ids: torch.Tensor, embeds: torch.Tensor, inputs: dict) -> Any:
+def _merge_modalities(config: Any, parts: dict, input_ids: torch.Tensor, embeds: torch.Tensor, inputs: dict,
+                      deepstack: dict) -> Any:
     for modality in MODALITIES:
         encoder = parts.get(f"{modality}_encoder")
         if encoder is None:
@@ -179,9 +181,28 @@ def _merge_modalities(config: Any, parts: dict, input_ids: torch.Tensor, embeds:
         absent = [k for k in traced if k not in call and k not in derived]
         if absent:
             raise UnsupportedError(f"the image encoder needs {absent}; pass them with pixel_values")
-        embeds = merge_image_features(input_ids, embeds, _vision_features(config, parts, encoder, call),
+        out = encoder.runner(**call)
+        embeds = merge_image_features(input_ids, embeds, image_features(config, out, _projector(parts, "image")),
                                       image_token_id(config))
+        if parts["language_model"].takes("deepstack_visual_embeds"):
+            _deepstack(config, out, input_ids, inputs, deepstack)
     return _merge_video(config, parts, input_ids, embeds, inputs)
+
+
+def _deepstack(config: Any, out: Any, input_ids: torch.Tensor, inputs: dict, deepstack: dict) -> None:
+    """What Qwen3-VL's forward hands its language model beside the merged embeddings for an image prompt: the image
+    tokens' mask and the tower's deepstack features (each ``[image tokens, hidden]``, added at the early layers)."""
+    if inputs.get("pixel_values_videos") is not None:
+        raise UnsupportedError(
+            f"{getattr(config, 'model_type', None)} adds deepstack features of both images and videos to its early "
+            "layers; a prompt with both is not supported yet: generate with the eager model, or one modality a prompt"
+        )
+    features = getattr(out, "deepstack_features", None)
+    if not isinstance(features, list | tuple):
+        raise UnsupportedError("the language model takes deepstack_visual_embeds, but the exported vision tower "
+                               "returns no deepstack_features")
+    deepstack["visual_pos_masks"] = input_ids == image_token_id(config)
+    deepstack["deepstack_visual_embeds"] = list(features)
 
 
 def _projector(parts: dict, modality: str) -> Any:
@@ -196,10 +217,6 @@ def _projector(parts: dict, modality: str) -> Any:
     component = parts[names[0]]
     key = _only_key(component)
     return lambda x, c=component, k=key: _run(c, {k: x})
-
-
-def _vision_features(config: Any, parts: dict, encoder: Component, call: dict) -> torch.Tensor:
-    return image_features(config, encoder.runner(**call), _projector(parts, "image"))
 
 
 def _merge_video(config: Any, parts: dict, input_ids: torch.Tensor, embeds: torch.Tensor, inputs: dict) -> Any:

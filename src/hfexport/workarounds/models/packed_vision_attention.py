@@ -115,3 +115,27 @@ def _apply(model: Any, inputs: dict) -> Callable[[], None]:
             cls.forward = forward
         AttentionInterface._global_mapping.pop(_NAME, None)
     return undo
+
+
+@workaround(
+    id="packed-vision-one-image",
+    backend="all",
+    target="torch.fx.experimental._config.backed_size_oblivious (during a packed tower's trace)",
+    breaks="a tower traced on two images broadcasts its per-image lengths (cu_seqlens[1:] - cu_seqlens[:-1], GLM-4V's "
+    "position-embedding interpolation) against the patches, and the trace guards that there are two images at "
+    "least (cu_seqlens.size()[0] >= 3): one image, the common prompt, is refused",
+    upstream="torch.export's 0/1 specialization of backed sizes; no issue known",
+    versions={"torch": ">=2.9,<2.14"},
+    applies=_applies,
+)
+def _apply_oblivious(model: Any, inputs: dict) -> Callable[[], None]:
+    """Trace the tower with size-oblivious backed sizes: a length that may be 1 is not guarded to be 2 or more
+    (broadcasting a size-1 length gives the same result)."""
+    import torch.fx.experimental._config as fx_config
+
+    before = fx_config.backed_size_oblivious
+    fx_config.backed_size_oblivious = True
+
+    def undo() -> None:
+        fx_config.backed_size_oblivious = before
+    return undo
