@@ -184,7 +184,7 @@ class _Checked(torch.nn.Module):
 
 
 def test_a_traced_tensor_check_is_dropped_before_the_core_aten_verifier():
-    from hfexport.backends.executorch.lowering import drop_tensor_checks
+    from hfexport.capture.graph_passes import drop_tensor_checks
 
     x = torch.randn(2, 3)
     program = torch.export.export(_Checked(), (x,))

@@ -148,7 +148,8 @@ BUILTIN_MODULES = tuple(f"hfexport.workarounds.{name}" for name in (
     "onnx_dequantize_per_channel", "quantize_ort_attention", "quantize_ort_nbits_logging", "quantize_xnnpack_int_scalars",
     "openvino_index_add", "openvino_repeated_outputs", "torch_var_keyword_inputs", "executorch_lifted_constants",
     "executorch_symbolic_empty", "models.longcat_flash", "models.complex_rotary", "models.packed_vision_attention",
-    "executorch_conv3d_patches",
+    "executorch_conv3d_patches", "onnx_masked_scatter",
+    "onnx_full_dtype",
 ))
 
 

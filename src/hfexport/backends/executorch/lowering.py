@@ -14,12 +14,13 @@ from typing import Any
 
 import torch
 
+from ...capture.graph_passes import drop_tensor_checks
 from ...configs import ExecutorchConfig
 from .bounds import cap_dynamic_dims
 from .targets import Target
 from .weights import DATA_TAG, tag_weights_external
 
-__all__ = ["lower", "backend_config", "drop_tensor_checks"]
+__all__ = ["lower", "backend_config"]
 
 logger = logging.getLogger(__name__)
 
@@ -42,40 +43,6 @@ def backend_config(config: ExecutorchConfig, external: bool = False, quant_fusio
         external_constants=(lambda node: DATA_TAG) if external else False,
         do_quant_fusion_and_const_prop=quant_fusion,
     )
-
-
-def drop_tensor_checks(program: torch.export.ExportedProgram) -> int:
-    """Remove the graph's data-dependent tensor checks, in place; returns how many.
-
-    transformers' ``torch_compilable_check`` traces a tensor condition (a multimodal model's "the image features
-    match the image tokens") into ``torch._check_tensor_all``: ``_is_all_true(cond).item()``, a ``sym_ite`` and the
-    ``_assert_scalar`` nodes of the deferred runtime asserts. ``_is_all_true`` is not core ATen, so ``to_edge``'s
-    verifier refuses the program ("Operator aten._is_all_true.default is not in Core ATen"), and ExecuTorch drops
-    runtime asserts later in its pipeline anyway (``RemoveGraphAssertsPass``). A check is removed only where
-    everything computed from its ``_is_all_true`` ends in asserts; the inputs it guarded are the processor's, which
-    build the image tokens to match.
-    """
-    graph = program.graph_module.graph
-    order = {node: i for i, node in enumerate(graph.nodes)}
-    removed = 0
-    for root in [n for n in graph.nodes if n.op == "call_function" and n.target == torch.ops.aten._is_all_true.default]:
-        chain, todo = {root}, [root]
-        while todo:
-            for user in todo.pop().users:
-                if user not in chain:
-                    chain.add(user)
-                    todo.append(user)
-        if any(not n.users and n.target not in _ASSERTS for n in chain):
-            continue  # the condition feeds something besides the checks
-        for node in sorted(chain, key=order.__getitem__, reverse=True):
-            graph.erase_node(node)
-        removed += 1
-    if removed:
-        program.graph_module.recompile()
-    return removed
-
-
-_ASSERTS = (torch.ops.aten._assert_scalar.default, torch.ops.aten._assert_async.msg, torch.ops.aten._assert_async.default)
 
 
 def lower(

@@ -15,6 +15,7 @@ import onnx_ir as ir
 import onnx_ir.passes.common as common_passes
 import torch
 
+from ...capture.graph_passes import drop_tensor_checks
 from ...metadata import ExportMetadata
 from .names import io_names
 from .translations import translation_table
@@ -59,6 +60,7 @@ def to_onnx(program: torch.export.ExportedProgram, opset_version: int | None) ->
     updates, so a static cache's new values come out as the user outputs that return the cache.
     """
     opset = opset_version if opset_version is not None else default_opset()
+    drop_tensor_checks(program)  # (transformers' traced tensor checks: no ONNX function for aten._is_all_true)
     # torch.onnx prints its progress and warns about missing optional packages (torchvision): keep our output clean
     with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()), _quiet("torch.onnx"):
         warnings.simplefilter("ignore")

@@ -1,0 +1,62 @@
+"""torchlib translations that convert but compute something else (or that ONNX Runtime refuses), each replaced by a
+registered workaround, and transformers' traced tensor checks dropped before the conversion. Each case is a model
+piece that image-text models trace (issue 22: DeepSeek-VL and Aya Vision logits off by 0.7-0.9 in ONNX; Idefics2/3
+and SmolVLM refused by ONNX Runtime or by the converter)."""
+
+from __future__ import annotations
+
+import torch
+
+from hfexport import OnnxConfig, OnnxExporter
+
+
+class _Merge(torch.nn.Module):
+    """The image-feature merge of a VLM whose placeholder mask is ``[B, S, 1]`` (not expanded over the hidden size)."""
+
+    def forward(self, embeds: torch.Tensor, ids: torch.Tensor, features: torch.Tensor) -> torch.Tensor:
+        return embeds.masked_scatter((ids == 7).unsqueeze(-1), features)
+
+
+class _Positions(torch.nn.Module):
+    """Idefics2's patch positions: a ``torch.full(..., fill_value=0)`` (int64) beside int64 ids."""
+
+    def forward(self, mask: torch.Tensor) -> torch.Tensor:
+        ids = torch.arange(mask.shape[-1]).expand_as(mask)
+        return torch.where(mask, ids, torch.full(mask.shape, fill_value=0))
+
+
+class _Checked(torch.nn.Module):
+    """``torch_compilable_check`` as transformers traces it: ``_check_tensor_all`` (``aten._is_all_true``)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        torch._check_tensor_all(x.sum(-1) > -1e9)
+        return x * 2
+
+
+def _export(module, inputs):
+    exported = OnnxExporter().export(module, inputs, OnnxConfig(dynamic=True))
+    return exported, exported.components["model"].metadata.workarounds
+
+
+def test_masked_scatter_with_a_mask_that_broadcasts_over_the_hidden_size():
+    ids = torch.tensor([[0, 0, 7, 7, 3, 4], [7, 7, 5, 6, 2, 1]])
+    embeds, features = torch.randn(2, 6, 8), torch.randn(4, 8)
+    exported, fired = _export(_Merge(), {"embeds": embeds, "ids": ids, "features": features})
+    assert "onnx-masked-scatter-broadcast" in fired
+    expected = _Merge()(embeds, ids, features)
+    assert torch.equal(expected[0, 2], features[0])  # (whole rows are replaced: what the workaround keeps)
+    assert (exported(embeds=embeds, ids=ids, features=features) - expected).abs().max() == 0
+
+
+def test_a_fill_without_a_dtype_keeps_torchs_integer_dtype():
+    mask = torch.tensor([[True, True, False], [True, False, False]])
+    exported, fired = _export(_Positions(), {"mask": mask})  # ONNX Runtime refused to load it before
+    assert "onnx-full-dtype" in fired
+    got = exported(mask=mask)
+    assert got.dtype == torch.int64 and torch.equal(got, _Positions()(mask))
+
+
+def test_a_traced_tensor_check_is_dropped_before_the_conversion():
+    x = torch.randn(2, 3)
+    exported, _ = _export(_Checked(), {"x": x})  # "No ONNX function found for aten._is_all_true" before
+    assert torch.equal(exported(x=x), x * 2)
