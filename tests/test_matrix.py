@@ -511,3 +511,19 @@ def test_features_whose_size_the_config_does_not_name_get_128_log_mel_bins():
     assert inputs["input_features"].shape[0] == 2 and 128 in inputs["input_features"].shape[1:]
     with torch.no_grad():
         model(**inputs)
+
+
+def test_a_router_the_init_leaves_at_zero_gets_random_weights():
+    """AFMoE's init zeroes its router: every expert then ties, and ONNX Runtime and OpenVINO break the tie of
+    ``topk`` otherwise than torch (its rows read a 0.18 mismatch that no trained router has)."""
+    import torch
+    from transformers import AfmoeForCausalLM
+
+    model = build_model("afmoe", "AfmoeForCausalLM")
+    plain = AfmoeForCausalLM._from_config(model.config, dtype=torch.float32)  # the class's own init
+    routers = [n for n, p in plain.named_parameters() if "router" in n and p.dim() == 2]
+    assert routers and not any(dict(plain.named_parameters())[n].any() for n in routers)
+    again = build_model("afmoe", "AfmoeForCausalLM")
+    for name in routers:
+        weight = dict(model.named_parameters())[name]
+        assert weight.abs().max() > 0 and torch.equal(weight, dict(again.named_parameters())[name])  # seeded

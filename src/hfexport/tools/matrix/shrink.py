@@ -438,6 +438,7 @@ def _build(cls: Any, config: Any) -> Any:
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(0)
         model = cls._from_config(config, attn_implementation=attn, dtype=torch.float32)
+        _seed_zero_routers(model)
     model.eval()
     if model.can_generate():
         # the top-level value first: Whisper's get_text_config() answers a decoder config with default ids
@@ -448,3 +449,16 @@ def _build(cls: Any, config: Any) -> Any:
             ids["decoder_start_token_id"] = ids["pad_token_id"] or 0  # T5's convention; generate() needs one
         model.generation_config = GenerationConfig(do_sample=False, **{k: v for k, v in ids.items() if v is not None})
     return model
+
+
+def _seed_zero_routers(model: Any) -> None:
+    """Random weights for an MoE router (or gate) the model's init leaves at zero (AFMoE's): with every score equal,
+    its ``topk`` picks experts by tie-breaking, which each runtime does its own way, and the export is then compared
+    on a tie no trained router has (AFMoE's ONNX and OpenVINO logits "differed" by 0.18)."""
+    import torch
+
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if param.dim() == 2 and ("router" in name or "gate" in name) and not param.any():
+                param.normal_(0.0, 0.02)
+
