@@ -188,6 +188,13 @@ def test_inputs_whose_layout_the_config_does_not_say_are_found_by_running_the_mo
     # crop plus a 1 x 2 grid (3 crops): 16 base tokens + the grid unpadded back to 4 x 4 + 4 image_newline = 36
     ("llava_next", "LlavaNextForConditionalGeneration",
      {"input_ids": (2, 42), "attention_mask": (2, 42), "pixel_values": (2, 3, 3, 32, 32), "image_sizes": (2, 2)}),
+    # default configs whose model reads a field they do not set (DBRX's rope_theta and clip_qkv, Moonshine-
+    # Streaming's num_key_value_heads), and VipLLaVA's five feature layers of a 24-layer tower
+    ("dbrx", "DbrxForCausalLM", {"input_ids": (2, 6), "attention_mask": (2, 6)}),
+    ("moonshine_streaming", "MoonshineStreamingForConditionalGeneration",
+     {"input_values": (2, 1600), "decoder_input_ids": (2, 3)}),
+    ("vipllava", "VipLlavaForConditionalGeneration",
+     {"input_ids": (2, 22), "attention_mask": (2, 22), "pixel_values": (2, 3, 32, 32)}),
 ])
 def test_models_the_matrix_could_not_build_or_feed_before_run_eagerly(model_type, class_name, shapes):
     """Each of these was cannot-build, no-inputs or eager-fails (issue 22); ``_eager`` is the worker's own path

@@ -203,6 +203,13 @@ OVERRIDES: dict[str, dict[str, Any]] = {
     # its rope falls back to a full-size [h, w, t] section ([22, 22, 20]) and splits h and w equally
     "ernie4_5_vl_moe": {"text_config": {"rope_parameters": {"rope_type": "default", "rope_theta": 500000.0,
                                                             "mrope_section": [3, 3, 2]}}},
+    # default configs whose model reads a field they do not set (transformers 5.23): DBRX's attention reads
+    # rope_theta and clamps by clip_qkv, Moonshine-Streaming's decoder num_key_value_heads, BLT num_hidden_layers
+    "dbrx": {"attn_config": {"rope_theta": 10000.0, "clip_qkv": 8.0}},
+    "moonshine_streaming": {"num_key_value_heads": HEADS},
+    "blt": {"num_hidden_layers": LAYERS},
+    "shieldgemma2": {"mm_tokens_per_image": 4},  # (Gemma 3's: 16 patches pooled 2 x 2)
+    "vipllava": {"vision_feature_layers": [-1, -2]},  # 5 layers of a 24-layer tower by default
 }
 # model_type -> hfexport.testing.tiny case used instead of the generic rules
 FROM_TINY_CASES: dict[str, str] = {"qwen2_vl": "qwen2_vl", "llava": "llava"}
