@@ -131,6 +131,8 @@ def select_vision_feature(config: Any, output: Any) -> torch.Tensor:
     """What LLaVA-style ``get_image_features`` feeds the projector: a chosen hidden state, CLS token dropped."""
     layer = getattr(config, "vision_feature_layer", None)
     strategy = getattr(config, "vision_feature_select_strategy", None)
+    if strategy is None and getattr(config, "vision_feature_layers", None) is not None:  # VipLLaVA's: its layers,
+        layer, strategy = config.vision_feature_layers, "default"  # always without the CLS token
     hidden = getattr(output, "hidden_states", None)
     if layer is None or hidden is None:
         features = [output.last_hidden_state if hasattr(output, "last_hidden_state") else output]

@@ -1,0 +1,27 @@
+"""Families the support matrix could not build, feed or generate with, run through the matrix's own worker: the
+export's greedy tokens against eager ``model.generate`` (the worker compares them token for token and reports the
+first difference). Each was a cannot-build, no-inputs or fail row before (issue 22)."""
+
+from __future__ import annotations
+
+import pytest
+
+from hfexport.tools.matrix.discovery import discover
+from hfexport.tools.matrix.worker import run_case
+
+CASES = [
+    ("vipllava", "generate"),  # its feature layers without the CLS token (glue), two layers of the tiny tower
+    ("moonshine_streaming", "generate"),  # its default config leaves num_key_value_heads unset
+    ("shieldgemma2", "export"),  # Gemma 3's image tokens (16 patches pooled 2 x 2)
+]
+
+
+@pytest.mark.parametrize("model_type,stage", CASES)
+def test_the_family_exports_and_generates_like_eager(model_type, stage):
+    (arch,) = discover([f"={model_type}"])
+    result = run_case(arch.model_type, arch.class_name, arch.task, "dynamo", stage)
+    assert result["status"] == "pass", result["reason"]
+    if stage == "generate":
+        assert result["mismatched_tokens"] == 0
+    else:
+        assert result["max_abs_diff"] <= 1e-4
