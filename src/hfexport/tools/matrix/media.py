@@ -78,7 +78,7 @@ def grid_candidates(config: Any, gen: torch.Generator, batch: int, params: Any) 
     name = "hidden_states" if "hidden_states" in params else "pixel_values"
     grid_key = next(k for k in GRID_KEYS if k in params)
     grid = torch.tensor([[1, side, side]] * batch)
-    extra = {"merge_sizes": torch.tensor([merge] * batch)} if "merge_sizes" in params else {}
+    extra = {k: torch.tensor([merge] * batch) for k in ("merge_sizes", "image_merge_sizes") if k in params}
     for t in dict.fromkeys((temporal, 1, 2)):
         flat = torch.randn(n, channels * t * patch * patch, generator=gen)
         for pixels in (flat, flat.view(n, channels, t, patch, patch) if t > 1 else flat.view(n, channels, patch, patch)):
