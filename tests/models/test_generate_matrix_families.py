@@ -13,6 +13,8 @@ CASES = [
     ("vipllava", "generate"),  # its feature layers without the CLS token (glue), two layers of the tiny tower
     ("moonshine_streaming", "generate"),  # its default config leaves num_key_value_heads unset
     ("shieldgemma2", "export"),  # Gemma 3's image tokens (16 patches pooled 2 x 2)
+    ("deepseek_vl", "generate"),  # its projector is an `aligner`: the glue took the tower's pooled output instead
+    ("janus", "generate"),
 ]
 
 
