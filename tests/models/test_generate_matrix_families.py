@@ -15,6 +15,9 @@ CASES = [
     ("shieldgemma2", "export"),  # Gemma 3's image tokens (16 patches pooled 2 x 2)
     ("deepseek_vl", "generate"),  # its projector is an `aligner`: the glue took the tower's pooled output instead
     ("janus", "generate"),
+    # its generate() hands forward pixel_values=None beside the encoders' outputs, and its decode graph takes the
+    # grid as a constant None: capture put the inputs back only where absent, generation passed the grid each step
+    ("hunyuan_vl", "generate"),
 ]
 
 

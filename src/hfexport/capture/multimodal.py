@@ -169,7 +169,7 @@ def with_modality_inputs(model: torch.nn.Module, call: Mapping[str, Any], inputs
     new = {k: v for k, v in call.items() if k != "mm_encoder_outputs"}
     params = inspect.signature(model.forward).parameters
     for key, value in inputs.items():
-        if key not in new and key in params and value is not None:
+        if new.get(key) is None and key in params and value is not None:  # (HunYuan-VL's call passes them as None)
             new[key] = value
     return new
 

@@ -82,7 +82,8 @@ def generate_multimodal(exported: Any, plan: Any, inputs: dict) -> Any:
     type_ids = {k: inputs.get(k) for k in _TOKEN_TYPES if decode.metadata.kind_of(k) is KwargKind.TENSOR}
     # modality inputs generate() passes at every step, which the decode graph was traced with (Qwen2-Audio's
     # feature_attention_mask: its forward moves it to the device before it sees that the step has no audio)
-    passed = {k: inputs[k] for k in MODALITY_INPUTS if k in inputs and decode.takes(k)}
+    # (a modality input the decode graph saw as None, HunYuan-VL's grid, is a constant there: not passed)
+    passed = {k: inputs[k] for k in MODALITY_INPUTS if k in inputs and decode.metadata.kind_of(k) is KwargKind.TENSOR}
     state = {"cache": getattr(lm_out, lm.cache_key) if lm.cache_key else None}
 
     def step(token: torch.Tensor) -> torch.Tensor:
