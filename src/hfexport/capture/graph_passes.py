@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import torch
 
-__all__ = ["drop_tensor_checks"]
+__all__ = ["drop_tensor_checks", "program_graphs"]
 
 def drop_tensor_checks(program: torch.export.ExportedProgram) -> int:
     """Remove the graph's data-dependent tensor checks, in place; returns how many.
@@ -39,3 +41,13 @@ def drop_tensor_checks(program: torch.export.ExportedProgram) -> int:
 
 
 _ASSERTS = (torch.ops.aten._assert_scalar.default, torch.ops.aten._assert_async.msg, torch.ops.aten._assert_async.default)
+
+
+def program_graphs(program: torch.export.ExportedProgram) -> Iterator[tuple[torch.nn.Module, torch.fx.Graph]]:
+    """Every FX graph of ``program`` with the module that holds it: the top graph and its submodules' (the bodies of
+    control flow), for passes that rewrite nodes wherever they are (recompile the module after a change)."""
+    for module in program.graph_module.modules():
+        graph = getattr(module, "graph", None)
+        if isinstance(graph, torch.fx.Graph):
+            yield module, graph
+

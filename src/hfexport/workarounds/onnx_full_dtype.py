@@ -24,11 +24,10 @@ def explicit_fill_dtypes(program: Any) -> int:
     """Give every ``aten.full.default`` of ``program`` without a ``dtype`` keyword its traced value's dtype."""
     import torch
 
+    from ..capture.graph_passes import program_graphs
+
     count = 0
-    for module in program.graph_module.modules():
-        graph = getattr(module, "graph", None)
-        if not isinstance(graph, torch.fx.Graph):
-            continue
+    for module, graph in program_graphs(program):
         for node in graph.nodes:
             value = node.meta.get("val")
             if (node.op == "call_function" and node.target is torch.ops.aten.full.default

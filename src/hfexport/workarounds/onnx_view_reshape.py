@@ -25,11 +25,10 @@ def views_as_reshapes(program: Any) -> int:
     """Rewrite every ``aten.view.default`` of ``program`` (and its submodules) into ``aten.reshape.default``."""
     import torch
 
+    from ..capture.graph_passes import program_graphs
+
     count = 0
-    for module in program.graph_module.modules():
-        graph = getattr(module, "graph", None)
-        if not isinstance(graph, torch.fx.Graph):
-            continue
+    for module, graph in program_graphs(program):
         views = [n for n in graph.nodes if n.op == "call_function" and n.target is torch.ops.aten.view.default]
         for node in views:
             node.target = torch.ops.aten.reshape.default

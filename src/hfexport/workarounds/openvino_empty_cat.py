@@ -27,11 +27,10 @@ def drop_empty_cat_operands(program: Any) -> int:
     """Remove 1-D empty operands from the ``aten.cat`` nodes of an ``ExportedProgram`` (in place); returns how many."""
     import torch
 
+    from ..capture.graph_passes import program_graphs
+
     count = 0
-    for module in program.graph_module.modules():
-        graph = getattr(module, "graph", None)
-        if not isinstance(graph, torch.fx.Graph):
-            continue
+    for module, graph in program_graphs(program):
         changed = False
         for node in graph.nodes:
             if node.op != "call_function" or node.target is not torch.ops.aten.cat.default:
