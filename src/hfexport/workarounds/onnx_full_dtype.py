@@ -13,11 +13,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from .registry import patch_attribute, workaround
+from .registry import workaround
 
 __all__ = ["explicit_fill_dtypes"]
-
-_MODULE = "torch.onnx._internal.exporter._fx_passes"
 
 
 def explicit_fill_dtypes(program: Any) -> int:
@@ -49,14 +47,6 @@ def explicit_fill_dtypes(program: Any) -> int:
     versions={"onnxscript": "<=0.7.0"},
 )
 def _apply(model: Any, inputs: dict):
-    import importlib
+    from ..backends.onnx.translations import around_decomposition
 
-    module = importlib.import_module(_MODULE)
-    original = module.decompose_with_registry
-
-    def decompose_with_registry(exported_program, registry):
-        decomposed = original(exported_program, registry)
-        explicit_fill_dtypes(decomposed)
-        return decomposed
-
-    return patch_attribute(module, "decompose_with_registry", decompose_with_registry)
+    return around_decomposition(after=explicit_fill_dtypes)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .registry import patch_attribute, workaround
+from .registry import workaround
 
 __all__ = ["views_as_reshapes"]
 
@@ -48,13 +48,6 @@ def views_as_reshapes(program: Any) -> int:
     versions={"torch": ">=2.9,<2.14"},
 )
 def _apply(model: Any, inputs: dict):
-    import importlib
+    from ..backends.onnx.translations import around_decomposition
 
-    module = importlib.import_module(_MODULE)
-    original = module.decompose_with_registry
-
-    def decompose_with_registry(exported_program, registry):
-        views_as_reshapes(exported_program)
-        return original(exported_program, registry)
-
-    return patch_attribute(module, "decompose_with_registry", decompose_with_registry)
+    return around_decomposition(before=views_as_reshapes)

@@ -13,8 +13,9 @@ from typing import Any
 
 import torch
 
-__all__ = ["translation_table", "register_translation"]
+__all__ = ["translation_table", "register_translation", "around_decomposition"]
 
+_FX_PASSES = "torch.onnx._internal.exporter._fx_passes"
 # op -> (translation, lowest opset it is valid for): added for the length of an export by registered workarounds
 _OVERRIDES: dict[Any, tuple[Any, int]] = {}
 
@@ -31,6 +32,27 @@ def register_translation(op: Any, translation: Any, min_opset: int = 1) -> Any:
             _OVERRIDES[op] = previous
 
     return undo
+
+
+def around_decomposition(before: Any = None, after: Any = None) -> Any:
+    """Run ``before(program)`` on each program ``torch.onnx`` is about to decompose for ONNX (its re-trace with the
+    decomposition table) and ``after(program)`` on the decomposed one, in the exports that follow; returns the undo."""
+    import importlib
+
+    from ...workarounds.registry import patch_attribute
+
+    module = importlib.import_module(_FX_PASSES)
+    original = module.decompose_with_registry
+
+    def decompose_with_registry(exported_program: Any, registry: Any) -> Any:
+        if before is not None:
+            before(exported_program)
+        decomposed = original(exported_program, registry)
+        if after is not None:
+            after(decomposed)
+        return decomposed
+
+    return patch_attribute(module, "decompose_with_registry", decompose_with_registry)
 
 
 def _grouped_mm(mat_a: Any, mat_b: Any, offs: Any, bias: Any = None, out_dtype: Any = None) -> Any:
