@@ -9,8 +9,14 @@ helper returns a precomputed tensor instead when the caller's kwargs hold one un
 traced input from which input and with which settings (a :class:`DerivedInput`, saved in the metadata), and the
 runner calls the same helper on the caller's grid before each run.
 
-Loading runs nothing from the export folder: a recorded helper must be one of :data:`VISION_HELPERS`, its settings
-plain JSON scalars.
+A whole multimodal model with M-RoPE (Qwen2-VL and its ~20 successors) also computes its 3D text positions from the
+prompt's token types and grids (``compute_3d_position_ids``, a Python loop over runs of tokens): the same way, the
+model class's own weight-free method (:data:`MODEL_HELPERS`) is named with its class, called on the caller's inputs
+and the export's config (:class:`ConfigOnly`), and the result fed as ``position_ids``, which the forward takes as
+given.
+
+Loading runs nothing from the export folder: a recorded helper must be one of :data:`VISION_HELPERS` or
+:data:`MODEL_HELPERS` (a class of transformers that defines it), its settings plain JSON scalars.
 
 Example:
     >>> recipe = DerivedInput("get_vision_cu_seqlens", "grid_thw", {"merge_temporal": False}, ("cu_seqlens",))
@@ -22,12 +28,15 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import types
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 import torch
 
-__all__ = ["VISION_HELPERS", "DerivedInput", "derive"]
+from .errors import UnsupportedError
+
+__all__ = ["VISION_HELPERS", "MODEL_HELPERS", "PREFIXES", "ConfigOnly", "DerivedInput", "derive"]
 
 #: ``transformers.vision_utils`` helper -> the kwargs keys of what it returns (in order; ``None``: a value that is
 #: not an input, the flash-attention ``max_seqlen``)
@@ -42,6 +51,15 @@ VISION_HELPERS: dict[str, tuple[str | None, ...]] = {
     "get_vision_merged_shape": ("merged_shape",),
 }
 
+#: a model class's own method that derives inputs from others without weights -> the kwargs keys of what it returns
+#: (its ``args``: ``{"owner": <the transformers class that defines it>}``)
+MODEL_HELPERS: dict[str, tuple[str, ...]] = {
+    "compute_3d_position_ids": ("position_ids",),
+}
+
+#: the modality prefixes transformers' ``accepts_precomputed_kwargs`` strips (``""``: a vision tower's own input)
+PREFIXES = ("", "image_", "video_")
+
 _SCALARS = (bool, int, float, str, type(None))
 
 
@@ -51,19 +69,30 @@ def _plain(value: Any) -> bool:
 
 @dataclasses.dataclass(frozen=True)
 class DerivedInput:
-    """``keys`` = ``transformers.vision_utils.<helper>(inputs[source], **args)``."""
+    """``prefix + keys`` = ``transformers.vision_utils.<helper>(inputs[source], **args)``.
+
+    ``prefix`` is the modality of a whole multimodal model's input (``image_`` for ``image_grid_thw``): its
+    ``get_image_features`` strips it before the tower's helpers look for their keys (transformers'
+    ``accepts_precomputed_kwargs``), so ``image_cu_seqlens`` reaches the tower as ``cu_seqlens`` and never the
+    language model."""
 
     helper: str
     source: str
     args: Mapping[str, Any]
     keys: tuple[str, ...]
+    prefix: str = ""
 
     def __post_init__(self) -> None:
         problems = []
-        if self.helper not in VISION_HELPERS:
-            problems.append(f"helper {self.helper!r} is not one of {sorted(VISION_HELPERS)}")
-        elif not set(self.keys) <= {k for k in VISION_HELPERS[self.helper] if k}:
+        returns = VISION_HELPERS.get(self.helper) or MODEL_HELPERS.get(self.helper)
+        if returns is None:
+            problems.append(f"helper {self.helper!r} is not one of {sorted({*VISION_HELPERS, *MODEL_HELPERS})}")
+        elif not set(self.keys) <= {k for k in returns if k}:
             problems.append(f"keys {list(self.keys)} are not what {self.helper} returns")
+        elif self.helper in MODEL_HELPERS and (set(self.args) != {"owner"} or not str(self.args["owner"]).isidentifier()):
+            problems.append(f"{self.helper} takes one argument, owner (a class name), not {dict(self.args)}")
+        if self.prefix not in PREFIXES:
+            problems.append(f"prefix {self.prefix!r} is not one of {list(PREFIXES)}")
         if not isinstance(self.source, str) or not all(isinstance(k, str) for k in self.args):
             problems.append("source and argument names must be strings")
         elif not all(_plain(v) for v in self.args.values()):
@@ -71,34 +100,82 @@ class DerivedInput:
         if problems:
             raise ValueError(f"derived input {self.helper}: {'; '.join(problems)}")
 
+    @property
+    def names(self) -> tuple[str, ...]:
+        """The input names the derived tensors go under (``keys`` with the prefix)."""
+        return tuple(self.prefix + k for k in self.keys)
+
     def to_dict(self) -> dict[str, Any]:
-        return {"helper": self.helper, "source": self.source, "args": dict(self.args), "keys": list(self.keys)}
+        out = {"helper": self.helper, "source": self.source, "args": dict(self.args), "keys": list(self.keys)}
+        return {**out, "prefix": self.prefix} if self.prefix else out
 
     @classmethod
     def from_dict(cls, values: Mapping[str, Any]) -> DerivedInput:
         """Raises:
         ValueError: a field is missing or of the wrong type, or the helper is not one of :data:`VISION_HELPERS`."""
         try:
-            return cls(values["helper"], values["source"], dict(values.get("args", {})), tuple(values["keys"]))
+            return cls(values["helper"], values["source"], dict(values.get("args", {})), tuple(values["keys"]),
+                       values.get("prefix", ""))
         except (KeyError, TypeError) as e:
             raise ValueError(f"derived input {dict(values)!r}: {type(e).__name__}: {e}") from None
 
-    def compute(self, source: torch.Tensor) -> dict[str, torch.Tensor]:
+    def compute(self, kwargs: Mapping[str, Any], config: Any = None) -> dict[str, torch.Tensor]:
+        """The derived tensors from the caller's ``kwargs`` (a model helper also needs the export's ``config``)."""
+        if self.helper in MODEL_HELPERS:
+            return self._compute_with_model_class(kwargs, config)
         from transformers import vision_utils
 
         helper = getattr(vision_utils, self.helper)
-        config = {"config": None} if "config" in inspect.signature(helper).parameters else {}  # (flash's max only)
-        out = helper(source, **config, **self.args)
+        settings = {"config": None} if "config" in inspect.signature(helper).parameters else {}  # (flash's max only)
+        out = helper(kwargs[self.source], **settings, **self.args)
         values = dict(zip(VISION_HELPERS[self.helper], out if isinstance(out, tuple) else (out,), strict=False))
-        return {key: values[key] for key in self.keys}
+        return {self.prefix + key: values[key] for key in self.keys}
+
+    def _compute_with_model_class(self, kwargs: Mapping[str, Any], config: Any) -> dict[str, torch.Tensor]:
+        import transformers
+
+        owner = getattr(transformers, self.args["owner"], None)
+        if not isinstance(owner, type) or not issubclass(owner, transformers.PreTrainedModel) \
+                or not callable(getattr(owner, self.helper, None)):
+            raise UnsupportedError(f"this export derives {list(self.keys)} with {self.args['owner']}.{self.helper}, "
+                                   f"which transformers {transformers.__version__} does not have: pass "
+                                   f"{list(self.keys)} yourself, or install the transformers it was exported with")
+        if config is None:
+            raise UnsupportedError(f"{list(self.keys)} are derived with {owner.__name__}.{self.helper}, which needs "
+                                   "the model config: call the ExportedModel (not its runner), or pass them yourself")
+        method = getattr(ConfigOnly(owner, config), self.helper)
+        params = inspect.signature(method).parameters
+        out = method(**{k: kwargs.get(k) for k in params if k not in ("past_key_values", "inputs_embeds")},
+                     **{k: None for k in ("past_key_values", "inputs_embeds") if k in params})
+        if not isinstance(out, torch.Tensor):
+            raise UnsupportedError(f"{owner.__name__}.{self.helper} gave no {list(self.keys)} for these inputs "
+                                   f"(given: {sorted(k for k, v in kwargs.items() if v is not None)}); pass them yourself")
+        return {self.prefix + self.keys[0]: out}
 
 
-def derive(recipes: Iterable[DerivedInput], kwargs: Mapping[str, Any]) -> dict[str, torch.Tensor]:
+class ConfigOnly:
+    """Stands in for a model instance to call its class's weight-free methods (``get_rope_index``,
+    ``compute_3d_position_ids``) with the config alone."""
+
+    def __init__(self, cls: type, config: Any):
+        self._cls = cls
+        self.config = config
+        self.rope_deltas = None
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self._cls, name)
+        return types.MethodType(attr, self) if callable(attr) else attr
+
+
+def derive(recipes: Iterable[DerivedInput], kwargs: Mapping[str, Any], config: Any = None) -> dict[str, torch.Tensor]:
     """The derived inputs ``kwargs`` lacks, from their sources in ``kwargs`` (a recipe whose source is absent or
-    whose keys are all given is skipped: the caller's own precomputed tensors win)."""
+    whose keys are all given is skipped: the caller's own precomputed tensors win; so is a model helper's without
+    ``config``, whose keys the runner then reports missing)."""
     derived: dict[str, torch.Tensor] = {}
     for recipe in recipes:
         source = kwargs.get(recipe.source)
-        if isinstance(source, torch.Tensor) and any(kwargs.get(k) is None for k in recipe.keys):
-            derived.update({k: v for k, v in recipe.compute(source).items() if kwargs.get(k) is None})
+        if recipe.helper in MODEL_HELPERS and config is None:
+            continue
+        if isinstance(source, torch.Tensor) and any(kwargs.get(k) is None for k in recipe.names):
+            derived.update({k: v for k, v in recipe.compute(kwargs, config).items() if kwargs.get(k) is None})
     return derived

@@ -11,6 +11,7 @@ from typing import Any
 
 from ._versions import __version__
 from .configs import ExportFormat, parse_format
+from .derived import derive
 from .errors import HfExportError, ManifestError, UnsupportedError
 from .manifest import MANIFEST_NAME, parse_manifest, read_manifest, write_export
 from .metadata import ExportMetadata
@@ -117,6 +118,9 @@ class ExportedModel:
                 f"this export has the generation components {list(self.components)}: use .generate(...) or "
                 ".runner(name)(...) to run one component"
             )
+        recipes = self.components["model"].metadata.derived_inputs
+        if recipes:  # (M-RoPE positions come from the model class's own method, which needs the config)
+            kwargs = {**kwargs, **derive(recipes, kwargs, config=self.config)}
         return self.runner("model")(share_inputs=share_inputs, share_outputs=share_outputs, **kwargs)
 
     def generate(self, **kwargs: Any) -> Any:

@@ -59,6 +59,12 @@ def torch_single_thread() -> Iterator[None]:
         torch.set_num_threads(previous)
 
 
+#: why a grid's first dim (the number of images or videos) is static, and what to do
+COUNT_HINT = (": the number of images (videos) is fixed at trace time, the model splitting its features per image by "
+              "sizes read from the grid; export with as many as you will run, or with export_for_generation, whose "
+              "image encoder takes any number")
+
+
 class ModelRunner:
     """Runs one exported program: ``runner(**kwargs)`` returns what the source model returns.
 
@@ -251,7 +257,7 @@ class ModelRunner:
             for d, (size, expected) in enumerate(zip(got, want)):
                 if isinstance(expected, int) and size != expected:
                     problems.append(f"{spec.name!r} {got}: dim {d} is static at {expected} (traced "
-                                    f"{spec.example_shape or want})")
+                                    f"{spec.example_shape or want}){COUNT_HINT if d == 0 and 'grid' in spec.name else ''}")
                     break
                 if bound is not None and d < len(bound) and size > bound[d]:
                     problems.append(f"{spec.name!r} {got}: dim {d} ({expected}) goes up to {bound[d]}")

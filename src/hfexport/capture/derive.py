@@ -8,9 +8,15 @@ joins the traced inputs under the helper's key, which the helper then pops inste
 replay (a grid the model computed, a tensor setting, two calls giving one key different values) is left to the
 trace, which fails on it as it did before, naming the model's line.
 
-Only for a vision tower of its own (an input is a grid, ``*grid*``; no text input, whose model would take a derived
-``position_ids`` as its own; no cache, which the eager run would advance): the image encoder a multimodal export
-splits off, or a ``*_vision`` model.
+A vision tower of its own (its grid input ``grid_thw``; no text input, whose model would take a derived
+``position_ids`` as its own) records plain keys; a whole multimodal model (``image_grid_thw``, ``video_grid_thw``)
+records them under the grid's modality prefix (``image_cu_seqlens``), which its ``get_image_features`` strips
+before the tower sees them (transformers' ``accepts_precomputed_kwargs``). Never with a cache input, which the
+eager run would advance.
+
+A whole model's own ``compute_3d_position_ids`` (M-RoPE text positions from the prompt's token types and grids) is
+recorded the same way, on the caller's ``input_ids`` without a cache, where no ``position_ids`` are given: its
+result is fed as ``position_ids``, and the runner derives them again with the model class's method.
 """
 
 from __future__ import annotations
@@ -23,8 +29,9 @@ from typing import Any
 
 import torch
 
-from ..derived import VISION_HELPERS, DerivedInput
+from ..derived import MODEL_HELPERS, PREFIXES, VISION_HELPERS, DerivedInput
 from ..pytrees import is_cache
+from .multimodal import _attribute_snapshot, _restore_attributes
 
 __all__ = ["derive_vision_inputs"]
 
@@ -45,6 +52,22 @@ def _helper_modules(model: torch.nn.Module) -> dict[Any, list[str]]:
     return found
 
 
+def _prefix(name: str) -> str:
+    """``image_`` for ``image_grid_thw``: the modality prefix of a whole model's grid input (``""``: a tower's)."""
+    return next((p for p in PREFIXES if p and name.startswith(p)), "")
+
+
+def _sources(model: torch.nn.Module, inputs: dict[str, Any]) -> dict[int, str]:
+    """The grid inputs whose helpers' results can be passed back in, by identity."""
+    if any(is_cache(v) for v in inputs.values()):
+        return {}
+    takes_kwargs = any(p.kind is inspect.Parameter.VAR_KEYWORD
+                       for p in inspect.signature(model.forward).parameters.values())
+    grids = {id(v): k for k, v in inputs.items() if "grid" in k and isinstance(v, torch.Tensor)}
+    return {i: k for i, k in grids.items()
+            if (_prefix(k) and takes_kwargs) or (not _prefix(k) and not _TEXT_INPUTS & set(inputs))}
+
+
 def _recording(helper: str, fn: Callable, sources: dict[int, str], calls: list) -> Callable:
     signature = inspect.signature(fn)
 
@@ -58,40 +81,80 @@ def _recording(helper: str, fn: Callable, sources: dict[int, str], calls: list) 
         tensors = {k: v for k, v in values.items() if k and isinstance(v, torch.Tensor)}
         source = sources.get(id(first[1]))
         try:
-            recipe = DerivedInput(helper, source, settings, tuple(tensors)) if source else None
+            recipe = DerivedInput(helper, source, settings, tuple(tensors), _prefix(source)) if source else None
         except ValueError:  # a tensor setting (a per-image merge size): not replayable from the grid alone
             recipe = None
-        calls.append((recipe, tensors))
+        prefix = recipe.prefix if recipe is not None else ""
+        calls.append((recipe, {prefix + k: v for k, v in tensors.items()}))
         return out
 
     return wrapper
 
 
+def _recording_method(owner: torch.nn.Module, helper: str, inputs: dict[str, Any], calls: list) -> Callable:
+    """``owner.<helper>`` (a :data:`MODEL_HELPERS` method) recording its result on the caller's own text inputs."""
+    fn = getattr(owner, helper)
+    signature = inspect.signature(fn)
+
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        out = fn(*args, **kwargs)
+        bound = signature.bind(*args, **kwargs).arguments
+        own = bound.get("input_ids") is inputs.get("input_ids") is not None and bound.get("past_key_values") is None
+        if own and isinstance(out, torch.Tensor):
+            recipe = DerivedInput(helper, "input_ids", {"owner": type(owner).__name__}, MODEL_HELPERS[helper])
+            calls.append((recipe, dict(zip(recipe.names, (out,), strict=True))))
+        elif out is not None:
+            calls.append((None, dict(zip(MODEL_HELPERS[helper], (out,), strict=True))))
+        return out
+
+    return wrapper
+
+
+def _owners(model: torch.nn.Module, inputs: dict[str, Any]) -> list[tuple[torch.nn.Module, str]]:
+    """The submodules whose class has a :data:`MODEL_HELPERS` method to record (the config must be the model's,
+    which is all the runner will have)."""
+    if "position_ids" in inputs or not isinstance(inputs.get("input_ids"), torch.Tensor):
+        return []
+    import transformers
+
+    return [(m, h) for m in model.modules() for h in MODEL_HELPERS if callable(getattr(type(m), h, None))
+            and getattr(m, "config", None) is getattr(model, "config", object())
+            and getattr(transformers, type(m).__name__, None) is type(m)]
+
+
 @contextlib.contextmanager
-def _patched(modules: dict[Any, list[str]], sources: dict[int, str], calls: list) -> Iterator[None]:
+def _patched(modules: dict[Any, list[str]], owners: list[tuple[torch.nn.Module, str]], inputs: dict[str, Any],
+             sources: dict[int, str], calls: list) -> Iterator[None]:
     saved = [(module, name, getattr(module, name)) for module, names in modules.items() for name in names]
     try:
         for module, name, fn in saved:
             setattr(module, name, _recording(name, fn, sources, calls))
+        for owner, helper in owners:  # (an instance attribute over the class's method, deleted on exit)
+            setattr(owner, helper, _recording_method(owner, helper, inputs, calls))
         yield
     finally:
         for module, name, fn in saved:
             setattr(module, name, fn)
+        for owner, helper in owners:
+            vars(owner).pop(helper, None)
 
 
 def derive_vision_inputs(model: torch.nn.Module,
                          inputs: dict[str, Any]) -> tuple[dict[str, Any], list[DerivedInput]]:
     """``inputs`` with the tensors the model's ``get_vision_*`` helpers derive from a grid input, and the recipes
     that derive them again; ``(inputs, [])`` where there is nothing to record."""
-    grids = {id(v): k for k, v in inputs.items() if "grid" in k and isinstance(v, torch.Tensor)}
-    if not grids or any(is_cache(v) for v in inputs.values()) or _TEXT_INPUTS & set(inputs):
-        return inputs, []  # (a text model's forward would take a derived position_ids as its own)
-    modules = _helper_modules(model)
-    if not modules:
+    sources = _sources(model, inputs)
+    modules = _helper_modules(model) if sources else {}
+    owners = _owners(model, inputs) if sources else []
+    if not modules and not owners:
         return inputs, []
     calls: list = []
-    with _patched(modules, grids, calls), torch.no_grad():
-        model(**inputs)
+    snapshot = _attribute_snapshot(model)  # (Qwen2-VL keeps its rope deltas on the module)
+    try:
+        with _patched(modules, owners, inputs, sources, calls), torch.no_grad():
+            model(**inputs)
+    finally:
+        _restore_attributes(snapshot)
     derived: dict[str, torch.Tensor] = {}
     recipes: list[DerivedInput] = []
     conflicting: set[str] = set()
@@ -102,6 +165,6 @@ def derive_vision_inputs(model: torch.nn.Module,
             derived.setdefault(key, value)
         if recipe is not None and recipe not in recipes:
             recipes.append(recipe)
-    recipes = [r for r in recipes if not conflicting & set(r.keys) and not set(r.keys) & set(inputs)]
-    keys = {k for r in recipes for k in r.keys}
+    recipes = [r for r in recipes if not conflicting & set(r.names) and not set(r.names) & set(inputs)]
+    keys = {k for r in recipes for k in r.names}
     return {**inputs, **{k: v for k, v in derived.items() if k in keys}}, recipes

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Iterator
 
 import torch
 
-__all__ = ["drop_tensor_checks", "program_graphs"]
+__all__ = ["drop_tensor_checks", "fold_split_cat", "program_graphs"]
+
 
 def drop_tensor_checks(program: torch.export.ExportedProgram) -> int:
     """Remove the graph's data-dependent tensor checks, in place; returns how many.
@@ -40,6 +42,67 @@ def drop_tensor_checks(program: torch.export.ExportedProgram) -> int:
     return removed
 
 
+def fold_split_cat(program: torch.export.ExportedProgram) -> int:
+    """Replace ``cat(split_with_sizes(x, sizes, d), d)`` over all the pieces in their order by ``x``, in place, and
+    drop the sizes' ``item()`` reads where only asserts are left to use them; returns how many splits it folded.
+
+    A multimodal model's ``get_image_features`` splits the tower's output per image by sizes it reads from the
+    grid (``split_sizes = (grid.prod(-1) // merge**2).tolist()``) and its forward concatenates the pieces again
+    (Qwen2-VL and every model after it). Traced, the sizes are data-dependent symbols (``u0 + u1`` rows):
+    ExecuTorch's verifier cannot size them ("Could not extract specialized integer from data-dependent expression
+    u29") though the graph's result is ``x`` itself.
+    """
+    graph = program.graph_module.graph
+    folded = 0
+    for split in [n for n in graph.nodes if n.op == "call_function"
+                  and n.target == torch.ops.aten.split_with_sizes.default]:
+        x, sizes, dim = (*split.args, 0)[:3]
+        pieces = {}
+        for user in split.users:
+            if user.target is not operator.getitem:
+                break
+            pieces[user.args[1]] = user
+        else:
+            if len(pieces) != len(sizes) or not pieces:
+                continue
+            ordered = [pieces[i] for i in range(len(sizes))]
+            rank = len(x.meta["val"].shape) if isinstance(x.meta.get("val"), torch.Tensor) else None
+            for cat in list(ordered[0].users):
+                if cat.target != torch.ops.aten.cat.default or rank is None:
+                    continue
+                operands, cat_dim = (*cat.args, 0)[:2]
+                if list(operands) == ordered and cat_dim % rank == dim % rank:
+                    cat.replace_all_uses_with(x)
+                    graph.erase_node(cat)
+                    folded += 1
+            if all(not p.users for p in ordered):
+                for p in ordered:
+                    graph.erase_node(p)
+                graph.erase_node(split)
+    if folded:
+        _drop_dead_reads(graph)
+        program.graph_module.recompile()
+    return folded
+
+
+def _drop_dead_reads(graph: torch.fx.Graph) -> None:
+    """Erase the ``item()`` reads (and the symbolic arithmetic on them) whose every use ends in an assert."""
+    order = {node: i for i, node in enumerate(graph.nodes)}
+    for root in [n for n in graph.nodes if n.op == "call_function" and n.target in _READS]:
+        chain, todo = {root}, [root]
+        while todo:
+            for user in todo.pop().users:
+                if user not in chain:
+                    chain.add(user)
+                    todo.append(user)
+        if any(n.op == "output" or (not n.users and n.target not in _ASSERTS) for n in chain) \
+                or any(isinstance(n.meta.get("val"), torch.Tensor) for n in chain):
+            continue
+        for node in sorted(chain, key=order.__getitem__, reverse=True):
+            graph.erase_node(node)
+
+
+_READS = (torch.ops.aten.item.default, torch.ops.aten._local_scalar_dense.default)
 _ASSERTS = (torch.ops.aten._assert_scalar.default, torch.ops.aten._assert_async.msg, torch.ops.aten._assert_async.default)
 
 

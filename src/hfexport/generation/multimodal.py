@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import copy
 import importlib
-import types
 from typing import Any
 
 import torch
@@ -23,6 +22,7 @@ import torch
 from ..capture.glue import encoder_inputs, image_features, image_token_id, merge_image_features, refuse_packed_images
 from ..capture.multimodal import MODALITIES, MODALITY_INPUTS, PROJECTOR_NAMES
 from ..capture.video import video_features, video_token_id
+from ..derived import ConfigOnly
 from ..errors import UnsupportedError
 from ..metadata import KwargKind
 from .audio import merge_audio
@@ -178,7 +178,7 @@ def _merge_modalities(config: Any, parts: dict, input_ids: torch.Tensor, embeds:
         if not call:
             continue  # a text-only prompt: nothing to merge
         refuse_packed_images(config)
-        derived = {k for d in encoder.metadata.derived_inputs if d.source in call for k in d.keys}  # (its runner's)
+        derived = {k for d in encoder.metadata.derived_inputs if d.source in call for k in d.names}  # (its runner's)
         absent = [k for k in traced if k not in call and k not in derived]
         if absent:
             raise UnsupportedError(f"the image encoder needs {absent}; pass them with pixel_values")
@@ -260,20 +260,7 @@ def _prefill_positions(exported: Any, lm: Component, input_ids: torch.Tensor, ma
     return torch.cat([text[None], vision], dim=0) if int(shape[0]) == 4 else vision
 
 
-class _ConfigOnly:
-    """Stands in for a model instance to call its class's weight-free helpers (``get_rope_index``)."""
-
-    def __init__(self, cls: type, config: Any):
-        self._cls = cls
-        self.config = config
-        self.rope_deltas = None
-
-    def __getattr__(self, name: str) -> Any:
-        attr = getattr(self._cls, name)
-        return types.MethodType(attr, self) if callable(attr) else attr
-
-
-def _rope_owner(exported: Any) -> _ConfigOnly:
+def _rope_owner(exported: Any) -> ConfigOnly:
     architecture = exported.components["decode"].metadata.architecture
     cls = _model_class(exported)
     module = importlib.import_module(cls.__module__) if cls is not None else None
@@ -282,4 +269,4 @@ def _rope_owner(exported: Any) -> _ConfigOnly:
         raise UnsupportedError(
             f"{architecture} takes 3D (M-RoPE) position ids but no get_rope_index was found next to it in transformers"
         )
-    return _ConfigOnly(owners[0], exported.config)
+    return ConfigOnly(owners[0], exported.config)

@@ -13,7 +13,7 @@ from ...configs import ExportFormat
 from ...errors import UnsupportedError
 from ...metadata import ExportMetadata
 from ...pytrees import is_cache, tensor_leaves
-from ...runner import ModelRunner, torch_dtype
+from ...runner import COUNT_HINT, ModelRunner, torch_dtype
 
 __all__ = ["DynamoRunner"]
 
@@ -87,10 +87,13 @@ class DynamoRunner(ModelRunner):
                 raise
             shapes = {k: tuple(v.shape) for k, v in call.items() if isinstance(v, torch.Tensor)}
             traced = {s.name: s.shape for s in self.metadata.inputs if s.name in self._top_dtypes}
+            counts = [k for k, v in traced.items() if "grid" in k and v and isinstance(v[0], int)
+                      and k in shapes and shapes[k][0] != v[0]]
+            hint = f" ({', '.join(counts)}{COUNT_HINT})" if counts else ""
             raise UnsupportedError(
                 f"inputs {shapes} are outside the shapes this export accepts ({e}). It was traced with shapes "
                 f"{traced} (ints are sizes the model's code fixed while tracing). Re-export with sample inputs shaped "
-                "like the ones you run; for sliding-window models trace a sequence longer than the window."
+                f"like the ones you run; for sliding-window models trace a sequence longer than the window.{hint}"
             ) from e
 
     @functools.cached_property

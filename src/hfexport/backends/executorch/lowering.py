@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from ...capture.graph_passes import drop_tensor_checks
+from ...capture.graph_passes import drop_tensor_checks, fold_split_cat
 from ...configs import ExecutorchConfig
 from .bounds import cap_dynamic_dims
 from .targets import Target
@@ -55,6 +55,7 @@ def lower(
     from executorch.exir import to_edge_transform_and_lower  # a delegate, e.g. an int8 embedding's dequantize)
 
     timings = {} if timings is None else timings
+    fold_split_cat(program)  # (a multimodal model's per-image split of its features, concatenated again)
     drop_tensor_checks(program)
     target.rewrite(program)
     cap_dynamic_dims(program)
