@@ -10,7 +10,13 @@ backend has a grouped matmul:
   operations: aten.empty_permuted.default, aten.histc.default, transformers.grouped_mm_fallback.default"). Drop
   once the frontend converts grouped matmuls.
 
-``batched_mm`` computes the same experts with ``bmm``, which both run. The model's own choice
+Any backend: where transformers resolved ``eager`` experts (``grouped_mm`` cannot dispatch for the model: OpenAI's
+privacy filter, with transposed weights and biases), the eager loop runs over the experts hit (``nonzero()``, then
+one index at a time) and torch.export cannot guard on that data-dependent count ("Could not guard on
+data-dependent expression Eq(u0, 0)"). Drop once the eager experts loop traces (a ``torch.cond`` per expert).
+
+``batched_mm`` computes the same experts with ``bmm``, which every backend runs (gathering each token's experts'
+weights: memory grows with tokens x top-k at prefill). The model's own choice
 (``get_experts_implementation()``) is put back on exit. Each backend has its own workaround (reason, versions).
 """
 
@@ -21,16 +27,25 @@ from typing import Any
 
 from .registry import Workaround, register_workaround
 
-__all__ = ["uses_grouped_mm_experts", "use_batched_mm_experts"]
+__all__ = ["uses_grouped_mm_experts", "uses_eager_experts", "use_batched_mm_experts"]
 
 
 def uses_grouped_mm_experts(model: Any, inputs: dict) -> bool:
     """Whether ``model`` resolved its experts implementation to ``grouped_mm`` (and can switch it)."""
+    return _resolved_experts(model) == "grouped_mm"
+
+
+def uses_eager_experts(model: Any, inputs: dict) -> bool:
+    """Whether ``model`` resolved its experts implementation to ``eager`` (and can switch it)."""
+    return _resolved_experts(model) == "eager"
+
+
+def _resolved_experts(model: Any) -> str | None:
     can_set = getattr(model, "_can_set_experts_implementation", None)
     if not callable(can_set) or not can_set() or not callable(getattr(model, "get_experts_implementation", None)):
-        return False
+        return None
     # the implementation transformers resolved for this model (``None`` was resolved to grouped_mm or eager)
-    return getattr(model.config, "_experts_implementation_internal", None) == "grouped_mm"
+    return getattr(model.config, "_experts_implementation_internal", None)
 
 
 def use_batched_mm_experts(model: Any, inputs: dict) -> Callable[[], None]:
@@ -58,3 +73,15 @@ for _backend, _versions, _breaks in (
         apply=use_batched_mm_experts,
         applies=uses_grouped_mm_experts,
     ))
+
+register_workaround(Workaround(
+    id="moe-eager-batched-mm",
+    backend="all",
+    target="transformers.PreTrainedModel.set_experts_implementation",
+    breaks="transformers' eager experts loop over the experts hit (nonzero(), one index at a time): torch.export "
+    "cannot guard on the data-dependent count (GuardOnDataDependentSymNode: Eq(u0, 0))",
+    upstream="transformers integrations/moe.py eager experts forward; no issue known",
+    versions={"transformers": ">=5.0,<5.24"},
+    apply=use_batched_mm_experts,
+    applies=uses_eager_experts,
+))
