@@ -1,0 +1,47 @@
+"""MoE experts whose forward loops over the experts hit (``nonzero()`` of the routing mask), which failed every trace
+with ``GuardOnDataDependentSymNode: Eq(u0, 0)`` before (issue 22): experts that transformers resolves to its
+``eager`` loop (``grouped_mm`` cannot dispatch for OpenAI's privacy filter, with transposed weights and biases) trace
+as ``batched_mm`` on every backend (workaround ``moe-eager-batched-mm``); DBRX's own experts class as batched
+matmuls (``dbrx-batched-experts``)."""
+
+from __future__ import annotations
+
+import torch
+
+from hfexport import DynamoConfig
+from hfexport.exporter_dynamo import DynamoExporter
+from hfexport.tools.matrix.inputs import sample_inputs
+from hfexport.tools.matrix.shrink import build_model
+
+
+def test_eager_moe_experts_export_as_batched_mm_and_the_models_choice_is_put_back():
+    model = build_model("openai_privacy_filter", "OpenAIPrivacyFilterForTokenClassification")
+    assert model.config._experts_implementation_internal == "eager"
+    inputs = sample_inputs(model, "openai_privacy_filter")
+    with torch.no_grad():
+        expected = model(**inputs).logits
+    exported = DynamoExporter().export(model, inputs, config=DynamoConfig(dynamic=True))
+    assert "moe-eager-batched-mm" in exported.components["model"].metadata.workarounds
+    assert model.config._experts_implementation_internal == "eager", "the model's own choice is put back"
+    other = sample_inputs(model, "openai_privacy_filter", batch=1, seq=11)
+    with torch.no_grad():
+        other_expected = model(**other).logits
+    assert (exported(**inputs).logits - expected).abs().max() < 1e-4
+    assert (exported(**other).logits - other_expected).abs().max() < 1e-4
+
+
+def test_dbrx_experts_trace_without_their_loop_over_the_experts_hit():
+    """DBRX's own experts class (workaround ``dbrx-batched-experts``)."""
+    from transformers.models.dbrx import modeling_dbrx
+
+    forward = modeling_dbrx.DbrxExperts.forward
+    model = build_model("dbrx", "DbrxForCausalLM")
+    inputs = sample_inputs(model, "dbrx")
+    exported = DynamoExporter().export(model, inputs, config=DynamoConfig(dynamic=True))
+    assert "dbrx-batched-experts" in exported.components["model"].metadata.workarounds
+    assert modeling_dbrx.DbrxExperts.forward is forward, "the model's own forward is put back"
+    for batch, seq in ((2, 6), (1, 13)):
+        sample = sample_inputs(model, "dbrx", batch=batch, seq=seq)
+        with torch.no_grad():
+            expected = model(**sample).logits
+        assert (exported(**sample).logits - expected).abs().max() < 1e-4
