@@ -5,9 +5,11 @@ and SmolVLM refused by ONNX Runtime or by the converter)."""
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from hfexport import OnnxConfig, OnnxExporter
+from hfexport.errors import ExportError
 
 
 class _Merge(torch.nn.Module):
@@ -31,6 +33,13 @@ class _Checked(torch.nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         torch._check_tensor_all(x.sum(-1) > -1e9)
         return x * 2
+
+
+class _Scaled(torch.nn.Module):
+    """An integer tensor cast and scaled by numbers: torch.onnx's type promotion rebuilds it as ``mul.Scalar``."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x.to(torch.float32) * 1.0 + x.to(torch.int64).mul(2.5)
 
 
 def _export(module, inputs):
@@ -60,3 +69,20 @@ def test_a_traced_tensor_check_is_dropped_before_the_conversion():
     x = torch.randn(2, 3)
     exported, _ = _export(_Checked(), {"x": x})  # "No ONNX function found for aten._is_all_true" before
     assert torch.equal(exported(x=x), x * 2)
+
+
+def test_a_scalar_multiplication_converts():
+    from hfexport.workarounds import registry
+
+    x = torch.randint(0, 5, (2, 3), dtype=torch.int32)
+    mul_scalar = next(w for w in registry.workarounds("onnx") if w.id == "onnx-mul-scalar")
+    applies = mul_scalar.applies
+    object.__setattr__(mul_scalar, "applies", lambda model, inputs: False)
+    try:  # without the workaround: "No ONNX function found for <OpOverload(op='aten.mul', overload='Scalar')>"
+        with pytest.raises(ExportError, match="lower"):
+            _export(_Scaled(), {"x": x})
+    finally:
+        object.__setattr__(mul_scalar, "applies", applies)
+    exported, fired = _export(_Scaled(), {"x": x})
+    assert "onnx-mul-scalar" in fired
+    assert torch.equal(exported(x=x), _Scaled()(x))
