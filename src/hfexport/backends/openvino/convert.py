@@ -58,6 +58,7 @@ def explain_frontend_failure(error: BaseException, version: str) -> str:
     failed = sorted({op.strip() for line in re.findall(r"(?:Conversion is failed for|No conversion rule found for "
                                                         r"operations):\s*(.+)", text) for op in line.split(",")})
     lines = [line.strip() for line in text.splitlines() if line.strip()]
+    version = version.split("-")[0]  # (2026.3.1, not its build hash: the op names come first in a short line)
     if failed:
         cause = f"OpenVINO {version}'s PyTorch frontend cannot convert {', '.join(failed)} as torch.export emits it"
     else:

@@ -64,7 +64,7 @@ def reason_of(exc: BaseException) -> str:
     root = _chain(exc)[-1]
     text = _one(exc)
     if root is not exc:
-        return f"{text[:170]} | cause: {_one(root)[:170]}"
+        return f"{text[:230]} | cause: {_one(root)[:170]}"
     return text[:300]
 
 
