@@ -86,3 +86,21 @@ def test_a_scalar_multiplication_converts():
     exported, fired = _export(_Scaled(), {"x": x})
     assert "onnx-mul-scalar" in fired
     assert torch.equal(exported(x=x), _Scaled()(x))
+
+
+def test_a_complex_rotary_embedding_converts():
+    """DeepSeek-V2's rotary embedding (torch.polar, a complex multiply): torchlib has no complex ``unsqueeze``
+    ("No ONNX function found for aten.unsqueeze.default"); workaround onnx-complex-rotary traces it with real
+    arithmetic (the same one OpenVINO's and ExecuTorch's use)."""
+    from hfexport.tools.matrix.inputs import sample_inputs
+    from hfexport.tools.matrix.shrink import build_model
+    from hfexport.validation import compare_outputs
+
+    model = build_model("deepseek_v2", "DeepseekV2ForCausalLM")
+    inputs = sample_inputs(model, "deepseek_v2")
+    with torch.no_grad():
+        eager = model(**inputs)
+    exported, fired = _export(model, inputs)
+    assert "onnx-complex-rotary" in fired
+    report = compare_outputs(exported(**inputs), eager)
+    assert not report["problems"] and report["max_abs_diff"] <= 1e-4, report

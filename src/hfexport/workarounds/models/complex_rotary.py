@@ -1,12 +1,14 @@
-"""OpenVINO: DeepSeek-V2's and Llama-4's complex rotary embedding, traced with real arithmetic.
+"""OpenVINO, ExecuTorch, ONNX: DeepSeek-V2's and Llama-4's complex rotary embedding, traced with real arithmetic.
 
 Their rotary embedding builds ``torch.polar(ones, freqs)`` (a complex tensor) and ``apply_rotary_emb`` multiplies
 ``view_as_complex`` pairs of the queries and keys by it, then ``view_as_real``. OpenVINO's PyTorch frontend has no
 conversion rule for ``aten.polar`` ("No conversion rule found for operations: aten.polar.default", openvino
-2026.3.1), so neither model converts. While tracing for OpenVINO, the rotary embedding returns each position's
+2026.3.1), so neither model converts; ExecuTorch's ``to_edge`` refuses it ("Operator torch._ops.aten.polar.default is
+not in Core ATen ops"), and torchlib has no complex ``unsqueeze`` ("No ONNX function found for aten.unsqueeze.default",
+onnxscript 0.7.0). While tracing for OpenVINO, the rotary embedding returns each position's
 ``(cos, sin)`` pairs as a real ``[..., dim / 2, 2]`` tensor (scaled as the complex one was) and ``apply_rotary_emb``
 rotates each (even, odd) pair with them: ``(a cos - b sin, a sin + b cos)``, the same products as the complex
-multiply. Nothing else reads the rotary embedding's output. Drop it once the frontend converts ``aten.polar`` and
+multiply. Nothing else reads the rotary embedding's output. Drop each backend's once it converts ``aten.polar`` and
 complex multiplication.
 """
 
@@ -18,7 +20,7 @@ from typing import Any
 
 import torch
 
-from ..registry import patch_attribute, workaround
+from ..registry import Workaround, patch_attribute, register_workaround
 
 __all__ = ["rotate_pairs"]
 
@@ -64,16 +66,6 @@ def _modules(model: Any) -> list[tuple[Any, str, int]]:
     return found
 
 
-@workaround(
-    id="openvino-complex-rotary",
-    backend="openvino",
-    target="transformers DeepseekV2RotaryEmbedding / Llama4TextRotaryEmbedding and their apply_rotary_emb",
-    breaks="the rotary embedding's torch.polar and complex multiply do not convert: 'No conversion rule found for "
-    "operations: aten.polar.default'",
-    upstream="openvino PyTorch frontend (no aten.polar translator in 2026.3.1); no issue known",
-    versions={"openvino": ">=2024.0,<2027"},
-    applies=lambda model, inputs: bool(_modules(model)),
-)
 def _apply(model: Any, inputs: dict):
     undos = []
     for module, rotary, axis in _modules(model):
@@ -85,3 +77,26 @@ def _apply(model: Any, inputs: dict):
             one()
 
     return undo
+
+
+for _backend, _versions, _breaks, _upstream in (
+    ("openvino", {"openvino": ">=2024.0,<2027"},
+     "the rotary embedding's torch.polar and complex multiply do not convert: 'No conversion rule found for "
+     "operations: aten.polar.default'", "openvino PyTorch frontend (no aten.polar translator in 2026.3.1); no issue known"),
+    ("executorch", {"executorch": ">=1.0,<1.6"},
+     "to_edge refuses the rotary embedding's complex ops: 'Operator torch._ops.aten.polar.default is not in Core ATen "
+     "ops'", "executorch/exir/verification (complex ops are not Core ATen); no issue known"),
+    ("onnx", {"onnxscript": "<=0.7.0"},
+     "the complex rotary table does not convert: 'No ONNX function found for aten.unsqueeze.default' (complex input)",
+     "onnxscript torch_lib (no complex unsqueeze); no issue known"),
+):
+    register_workaround(Workaround(
+        id=f"{_backend}-complex-rotary",
+        backend=_backend,
+        target="transformers DeepseekV2RotaryEmbedding / Llama4TextRotaryEmbedding and their apply_rotary_emb",
+        breaks=_breaks,
+        upstream=_upstream,
+        versions=_versions,
+        apply=_apply,
+        applies=lambda model, inputs: bool(_modules(model)),
+    ))
