@@ -94,11 +94,13 @@ def test_reload_generates_the_same_tokens(exported_case, tmp_path):
     _assert_same_tokens(model, reloaded, inputs)
 
 
-def test_qwen2_vl_encoder_export_records_its_workaround():
+def test_qwen2_vl_encoder_export_records_its_workaround_and_derived_inputs():
     case = TINY_CASES["qwen2_vl"]
     exported = DynamoExporter().export_for_generation(case.build(), case.inputs(1, 4), DynamoConfig(dynamic=True))
-    assert "qwen2-vl-packed-vision-attention" in exported.components["image_encoder"].metadata.workarounds
-    assert "qwen2-vl-packed-vision-attention" not in exported.components["decode"].metadata.workarounds
+    encoder = exported.components["image_encoder"].metadata
+    assert "packed-vision-attention" in encoder.workarounds
+    assert "packed-vision-attention" not in exported.components["decode"].metadata.workarounds
+    assert {d.helper for d in encoder.derived_inputs} >= {"get_vision_position_ids", "get_vision_attention_seqlens"}
 
 
 def test_static_cache_matches_eager():

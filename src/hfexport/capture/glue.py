@@ -4,9 +4,9 @@ features at a placeholder id).
 
 Shared by capture (:mod:`.multimodal` replays it on the eager parts and requires the model's own ``inputs_embeds``)
 and generation (which runs it on the exported parts), so that what capture checks is what generation does.
-Encoders whose ``forward`` derives tensors from ``grid_thw`` with data-dependent Python (Qwen2-VL's rotary
-positions and packed-sequence offsets) get those tensors precomputed here and passed in as inputs, the way
-transformers' ``vision_utils`` helpers accept them; :data:`VISION_PRECOMPUTE` lists the model types.
+Encoders whose ``forward`` derives tensors from ``grid_thw`` with data-dependent Python (Qwen2-VL's rotary positions
+and packed-sequence offsets) have them recorded at export and derived again by their runner
+(:mod:`hfexport.derived`).
 """
 
 from __future__ import annotations
@@ -21,7 +21,6 @@ from ..errors import UnsupportedError
 __all__ = [
     "ENCODER_INPUT_ALIASES",
     "IMAGE_INPUTS",
-    "VISION_PRECOMPUTE",
     "derived_image_inputs",
     "encoder_inputs",
     "image_features",
@@ -64,19 +63,6 @@ def glue_for(registry: Mapping[str, Any], config: Any, what: str, prompts: str, 
     return glue
 
 
-def _qwen2_vl_vision_inputs(config: Any, grid_thw: torch.Tensor) -> dict[str, torch.Tensor]:
-    from transformers.vision_utils import get_vision_cu_seqlens, get_vision_position_ids
-
-    merge = config.vision_config.spatial_merge_size
-    return {"position_ids": get_vision_position_ids(grid_thw, merge), "cu_seqlens": get_vision_cu_seqlens(grid_thw)}
-
-
-#: model_type -> ``fn(config, grid_thw)`` giving the data-dependent vision-encoder tensors, computed outside the graph.
-VISION_PRECOMPUTE: dict[str, Callable[[Any, torch.Tensor], dict[str, torch.Tensor]]] = {
-    "qwen2_vl": _qwen2_vl_vision_inputs,
-}
-
-
 def _idefics3_image_inputs(config: Any, inputs: Mapping[str, Any]) -> dict[str, torch.Tensor]:
     """What Idefics3's ``get_image_features`` (SmolVLM's too) makes of ``pixel_values [batch, images, C, H, W]`` and
     ``pixel_attention_mask`` before its vision model: the images of every row in one batch, all-zero padding images
@@ -112,12 +98,9 @@ def derived_image_inputs(config: Any, inputs: Mapping[str, Any]) -> dict[str, to
 
 def encoder_inputs(config: Any, traced_keys: list[str], inputs: Mapping[str, Any]) -> dict[str, Any]:
     """The encoder's tensor kwargs from generate()-style ``inputs`` (``pixel_values``, ``image_grid_thw``, ...),
-    plus the tensors :data:`VISION_PRECOMPUTE` and :data:`IMAGE_INPUTS` derive for the model type."""
+    plus the tensors :data:`IMAGE_INPUTS` derives for the model type."""
     call: dict[str, Any] = {}
-    precompute = VISION_PRECOMPUTE.get(getattr(config, "model_type", None))
-    grid = inputs.get("image_grid_thw")
-    extra = precompute(config, grid) if precompute is not None and grid is not None else {}
-    extra = {**derived_image_inputs(config, inputs), **extra}
+    extra = derived_image_inputs(config, inputs)
     for key in traced_keys:
         source = ENCODER_INPUT_ALIASES.get(key, key)
         if key in extra:

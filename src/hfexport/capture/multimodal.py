@@ -7,8 +7,8 @@ embedding lookup (its own small ``embed_tokens`` graph: the language model is ca
 choice of the vision feature fed to the projector, a video's frames through the vision tower, and the token merge
 (``masked_scatter`` of the image and video features at their placeholder positions).
 
-Encoders whose ``forward`` derives tensors from ``grid_thw`` with data-dependent Python (Qwen2-VL's) are captured
-with those tensors precomputed and passed in as named inputs (:data:`~.glue.VISION_PRECOMPUTE`).
+Encoders whose ``forward`` derives tensors from ``grid_thw`` with data-dependent Python (Qwen2-VL's and its
+successors') are captured as called; their export records those tensors as derived inputs (:mod:`hfexport.derived`).
 """
 
 from __future__ import annotations
@@ -23,7 +23,6 @@ from ..errors import UnsupportedError
 from ..pytrees import is_cache
 from .glue import (
     ENCODER_INPUT_ALIASES,
-    VISION_PRECOMPUTE,
     derived_image_inputs,
     encoder_inputs,
     image_features,
@@ -39,7 +38,6 @@ __all__ = [
     "MODALITIES",
     "MODALITY_INPUTS",
     "PROJECTOR_NAMES",
-    "VISION_PRECOMPUTE",
     "decompose_multimodal",
     "encoder_inputs",
     "image_features",
@@ -135,28 +133,6 @@ _SEARCHED = (
 # --- capture ------------------------------------------------------------------------------------------------------
 
 
-class _GridEncoder(torch.nn.Module):
-    """A ``(hidden_states, grid_thw, **precomputed)`` vision encoder with the precomputed tensors as named inputs.
-
-    The named signature is what ``torch.export`` needs to give them dynamic shapes (it cannot for keys that go into
-    ``**kwargs``); the encoder's own ``vision_utils`` helpers pop them instead of recomputing them.
-    """
-
-    def __init__(self, encoder: torch.nn.Module):
-        super().__init__()
-        self.encoder = encoder
-
-    @property
-    def config(self) -> Any:
-        return self.encoder.config
-
-    def forward(self, hidden_states: torch.Tensor, grid_thw: torch.Tensor, position_ids: torch.Tensor,
-                cu_seqlens: torch.Tensor) -> Any:
-        return self.encoder(hidden_states, grid_thw, position_ids=position_ids, cu_seqlens=cu_seqlens)
-
-
-
-
 def with_modality_inputs(model: torch.nn.Module, call: Mapping[str, Any], inputs: Mapping[str, Any]) -> dict:
     """A recorded prefill call made self-contained again: the modality inputs instead of ``mm_encoder_outputs``.
 
@@ -248,10 +224,7 @@ def decompose_multimodal(model: torch.nn.Module, inputs: Mapping[str, Any]) -> d
     for name, module in parts.items():
         if not recorders[name].calls:
             continue
-        kwargs = recorders[name].calls[0]
-        if name == "image_encoder":
-            module, kwargs = _with_precomputed(model.config, module, kwargs)
-        out[name] = (module, kwargs)
+        out[name] = (module, recorders[name].calls[0])
     if "embed_tokens" not in out:
         ids = call.get("input_ids")
         if ids is None:
@@ -259,18 +232,6 @@ def decompose_multimodal(model: torch.nn.Module, inputs: Mapping[str, Any]) -> d
         out["embed_tokens"] = (parts["embed_tokens"], {"input": ids})
     _check_merge(model, call, parts, out, recorders)
     return {name: out[name] for name in parts if name in out}
-
-
-def _with_precomputed(config: Any, encoder: torch.nn.Module, kwargs: dict) -> tuple[torch.nn.Module, dict]:
-    precompute = VISION_PRECOMPUTE.get(getattr(config, "model_type", None))
-    if precompute is None or "grid_thw" not in kwargs:
-        return encoder, kwargs
-    extra = precompute(config, kwargs["grid_thw"])
-    new = {"hidden_states": kwargs["hidden_states"], "grid_thw": kwargs["grid_thw"], **extra}
-    rest = sorted(set(kwargs) - set(new))
-    if rest:
-        raise UnsupportedError(f"{type(encoder).__name__} was called with {rest} besides hidden_states/grid_thw")
-    return _GridEncoder(encoder), new
 
 
 def _check_merge(model: torch.nn.Module, call: dict, parts: dict, out: dict, recorders: dict) -> None:
@@ -314,12 +275,10 @@ def _check_merge(model: torch.nn.Module, call: dict, parts: dict, out: dict, rec
 def _check_encoder_inputs(config: Any, call: dict, enc_kwargs: dict) -> None:
     """The image encoder's recorded tensors are the model inputs as they were passed, or what the glue derives from
     them (from the grid, or the model type's own preprocessing: :data:`~.glue.IMAGE_INPUTS`)."""
-    precomputed = VISION_PRECOMPUTE.get(getattr(config, "model_type", None))
-    derived = set(precomputed(config, enc_kwargs["grid_thw"])) if precomputed and "grid_thw" in enc_kwargs else set()
     remade = derived_image_inputs(config, call)
     for key, value in enc_kwargs.items():
         source = ENCODER_INPUT_ALIASES.get(key, key)
-        if key in derived or not isinstance(value, torch.Tensor):
+        if not isinstance(value, torch.Tensor):
             continue
         if key in remade:
             if remade[key].shape != value.shape or not torch.equal(remade[key].to(value.dtype), value):

@@ -231,7 +231,8 @@ def _merge_video(config: Any, parts: dict, input_ids: torch.Tensor, embeds: torc
             f"this export has no vision tower for the video (components: {sorted(parts)}); "
             f"{getattr(config, 'model_type', None)} videos are not supported yet: generate with the eager model"
         )
-    traced = [k for k, v in encoder.kwargs.items() if v.fed]
+    derived = {k for d in encoder.metadata.derived_inputs for k in d.names}  # (its runner derives them)
+    traced = [k for k, v in encoder.kwargs.items() if v.fed and k not in derived]
     features = video_features(config, encoder.runner, traced, _projector(parts, "image"), inputs)
     return merge_image_features(input_ids, embeds, features, video_token_id(config), "video")
 

@@ -3,7 +3,7 @@
 ``aten::index_add(self, dim, index, source, *, alpha=1)``: ``torch.export`` leaves the keyword-only ``alpha`` out
 of the FX node when it is the default, and the PyTorch frontend's translator requires it as a fifth input ("Got less
 inputs 4 than expected 5"), so no exported ``index_add`` converts (openvinotoolkit/openvino#35628; fix proposed in
-#36601). Qwen2-VL's vision tower has one (``hfexport.workarounds.models.qwen2_vl`` numbers the patches' images with
+#36601). Packed vision towers have one (``hfexport.workarounds.models.packed_vision_attention`` numbers the patches' images with
 it). This wraps ``openvino.convert_model`` to decompose every ``index_add`` of the program into the same
 ``scatter_add`` the translator would build (the index broadcast over ``source``, ``source`` scaled by ``alpha``).
 Drop it once the frontend defaults ``alpha`` (openvino > 2026.3 with #36601 merged).

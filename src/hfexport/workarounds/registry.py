@@ -142,7 +142,7 @@ _builtin_loaded = False
 #: The built-in workarounds, one module each; importing one registers it. Dotted paths, imported on first use: the
 #: modules import this registry, so the registry naming them by import would be a circle.
 BUILTIN_MODULES = tuple(f"hfexport.workarounds.{name}" for name in (
-    "dynamo_sdpa_gqa", "onnx_sdpa_gqa", "onnx_sdpa_heads", "onnx_view_reshape", "models.mamba", "models.qwen2_vl",
+    "dynamo_sdpa_gqa", "onnx_sdpa_gqa", "onnx_sdpa_heads", "onnx_view_reshape", "models.mamba",
     "moe_experts", "openvino_empty_cat", "openvino_sdpa_masked_rows", "openvino_mha_postops", "openvino_scalar_converts",
     "executorch_xnnpack_visitors", "executorch_torchao_embedding_padding",
     "onnx_dequantize_per_channel", "quantize_ort_attention", "quantize_ort_nbits_logging", "quantize_xnnpack_int_scalars",

@@ -1,5 +1,5 @@
-"""Packed vision towers (Qwen2.5-VL and the 40-odd towers written after it): one masked attention over all images
-instead of a split per image.
+"""Packed vision towers (Qwen2-VL, Qwen2.5-VL and the 40-odd towers written after them): one masked attention over all
+images instead of a split per image.
 
 Their vision attention runs, unless flash attention is configured, ``torch.split(q, (cu_seqlens[1:] -
 cu_seqlens[:-1]).tolist())`` and one attention per image: the sizes are data (unbacked), and the attention then
@@ -7,8 +7,7 @@ guards on them (``GuardOnDataDependentSymNode``). With flash attention configure
 call with ``cu_seq_lens_q=cu_seqlens`` instead. During the trace this workaround has such a module take that branch,
 with an attention function of ours behind the name: one call of the model's configured attention (SDPA, eager) over
 all patches with a "same image" mask built from ``cu_seqlens`` (each patch attends to its own image only: the split's
-result, in one graph for any number of images of any size). Qwen2-VL's ``VisionAttention`` keeps its own workaround
-(:mod:`.qwen2_vl`).
+result, in one graph for any number of images of any size).
 
 Drop it once transformers' vision attention traces with a symbolic image count.
 """
@@ -26,14 +25,13 @@ import torch
 from ..registry import workaround
 
 _NAME = "flash_hfexport_packed"  # (the forward takes its varlen branch where the name says "flash")
-_QWEN2_VL = "transformers.models.qwen2_vl.modeling_qwen2_vl"
 
 
 @functools.cache
 def _is_packed(cls: type) -> bool:
     """A vision attention whose forward splits the packed patches per image unless flash attention is configured."""
     forward = getattr(cls, "forward", None)
-    if forward is None or cls.__module__ == _QWEN2_VL or "cu_seqlens" not in inspect.signature(forward).parameters:
+    if forward is None or "cu_seqlens" not in inspect.signature(forward).parameters:
         return False
     try:
         source = inspect.getsource(forward)
