@@ -18,6 +18,8 @@ CASES = [
     # its generate() hands forward pixel_values=None beside the encoders' outputs, and its decode graph takes the
     # grid as a constant None: capture put the inputs back only where absent, generation passed the grid each step
     ("hunyuan_vl", "generate"),
+    ("internvl", "generate"),  # its tower's patch grid pixel-shuffled before the projector (glue.BEFORE_PROJECTOR)
+    ("dbrx", "generate"),  # its experts loop over the experts hit (workaround dbrx-batched-experts)
 ]
 
 

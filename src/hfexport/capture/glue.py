@@ -19,6 +19,7 @@ import torch
 from ..errors import UnsupportedError
 
 __all__ = [
+    "BEFORE_PROJECTOR",
     "ENCODER_INPUT_ALIASES",
     "IMAGE_INPUTS",
     "derived_image_inputs",
@@ -126,11 +127,33 @@ def select_vision_feature(config: Any, output: Any) -> torch.Tensor:
     return features[0] if len(features) == 1 else torch.cat(features, dim=-1)
 
 
+def _internvl_pixel_shuffle(config: Any, features: torch.Tensor) -> torch.Tensor:
+    """InternVL's ``get_image_features`` between the selected feature and the projector: the square patch grid
+    pixel-shuffled by ``downsample_ratio`` (``InternVLModel.pixel_shuffle``, weight-free)."""
+    from transformers.models.internvl.modeling_internvl import InternVLModel
+
+    from ..derived import ConfigOnly
+
+    batch, side = features.shape[0], int(features.shape[1] ** 0.5)
+    grid = features.reshape(batch, side, side, -1)
+    shuffled = ConfigOnly(InternVLModel, config).pixel_shuffle(grid, scale_factor=config.downsample_ratio)
+    return shuffled.reshape(batch, -1, shuffled.shape[-1])
+
+
+#: model_type -> ``fn(config, features)``: what the model's ``get_image_features`` does to the selected vision
+#: feature before its projector, weight-free
+BEFORE_PROJECTOR: dict[str, Callable[[Any, torch.Tensor], torch.Tensor]] = {
+    "internvl": _internvl_pixel_shuffle,
+}
+
+
 def image_features(config: Any, encoder_output: Any, projector: Callable[[torch.Tensor], Any] | None) -> torch.Tensor:
     """The image features as ``[tokens, hidden]``: projected when a projector exists, else the encoder's pooled
     (already merged) output."""
     if projector is not None:
-        features = projector(select_vision_feature(config, encoder_output))
+        selected = select_vision_feature(config, encoder_output)
+        rearrange = BEFORE_PROJECTOR.get(getattr(config, "model_type", None))
+        features = projector(rearrange(config, selected) if rearrange is not None else selected)
     else:
         pooled = getattr(encoder_output, "pooler_output", None)
         features = pooled if pooled is not None else getattr(encoder_output, "last_hidden_state", encoder_output)
