@@ -23,22 +23,31 @@ def drop_tensor_checks(program: torch.export.ExportedProgram) -> int:
     build the image tokens to match.
     """
     graph = program.graph_module.graph
+    removed = _erase_check_chains(graph, (torch.ops.aten._is_all_true.default,), tensors_ok=True)
+    if removed:
+        program.graph_module.recompile()
+    return removed
+
+
+def _erase_check_chains(graph: torch.fx.Graph, roots: tuple, tensors_ok: bool) -> int:
+    """Erase each node of ``roots``' targets with everything computed from it, where all of that ends in asserts
+    (and, unless ``tensors_ok``, holds no tensor); returns how many roots went."""
     order = {node: i for i, node in enumerate(graph.nodes)}
     removed = 0
-    for root in [n for n in graph.nodes if n.op == "call_function" and n.target == torch.ops.aten._is_all_true.default]:
+    for root in [n for n in graph.nodes if n.op == "call_function" and n.target in roots]:
         chain, todo = {root}, [root]
         while todo:
             for user in todo.pop().users:
                 if user not in chain:
                     chain.add(user)
                     todo.append(user)
-        if any(not n.users and n.target not in _ASSERTS for n in chain):
-            continue  # the condition feeds something besides the checks
+        if any(n.op == "output" or (not n.users and n.target not in _ASSERTS) for n in chain):
+            continue  # the value feeds something besides the checks
+        if not tensors_ok and any(isinstance(n.meta.get("val"), torch.Tensor) for n in chain):
+            continue
         for node in sorted(chain, key=order.__getitem__, reverse=True):
             graph.erase_node(node)
         removed += 1
-    if removed:
-        program.graph_module.recompile()
     return removed
 
 
@@ -79,27 +88,10 @@ def fold_split_cat(program: torch.export.ExportedProgram) -> int:
                 for p in ordered:
                     graph.erase_node(p)
                 graph.erase_node(split)
-    if folded:
-        _drop_dead_reads(graph)
+    if folded:  # (the sizes' item() reads, where only asserts are left to use them)
+        _erase_check_chains(graph, _READS, tensors_ok=False)
         program.graph_module.recompile()
     return folded
-
-
-def _drop_dead_reads(graph: torch.fx.Graph) -> None:
-    """Erase the ``item()`` reads (and the symbolic arithmetic on them) whose every use ends in an assert."""
-    order = {node: i for i, node in enumerate(graph.nodes)}
-    for root in [n for n in graph.nodes if n.op == "call_function" and n.target in _READS]:
-        chain, todo = {root}, [root]
-        while todo:
-            for user in todo.pop().users:
-                if user not in chain:
-                    chain.add(user)
-                    todo.append(user)
-        if any(n.op == "output" or (not n.users and n.target not in _ASSERTS) for n in chain) \
-                or any(isinstance(n.meta.get("val"), torch.Tensor) for n in chain):
-            continue
-        for node in sorted(chain, key=order.__getitem__, reverse=True):
-            graph.erase_node(node)
 
 
 _READS = (torch.ops.aten.item.default, torch.ops.aten._local_scalar_dense.default)

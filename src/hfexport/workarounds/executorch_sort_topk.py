@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from .registry import Undo, patch_attribute, workaround
+from .registry import Undo, patch_attribute, undo_all, workaround
 
 __all__ = ["sort_as_topk"]
 
@@ -58,9 +58,4 @@ def _apply(model: Any, inputs: dict) -> Undo:
              patch_attribute(torch, "argsort", _argsort(torch.argsort)),
              patch_attribute(torch.Tensor, "sort", _sort(torch.Tensor.sort)),
              patch_attribute(torch.Tensor, "argsort", _argsort(torch.Tensor.argsort))]
-
-    def undo() -> None:
-        for u in reversed(undos):
-            u()
-
-    return undo
+    return undo_all(undos)

@@ -11,6 +11,7 @@ import contextlib
 import dataclasses
 import importlib
 import importlib.metadata
+import sys
 import threading
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
@@ -75,6 +76,24 @@ def patch_attribute(owner: Any, name: str, value: Any) -> Undo:
     original = getattr(owner, name)
     setattr(owner, name, value)
     return lambda: setattr(owner, name, original)
+
+
+def undo_all(undos: list[Undo]) -> Undo:
+    """One undo for several patches (a workaround patching more than one attribute): undone in reverse order."""
+
+    def undo() -> None:
+        for one in reversed(undos):
+            one()
+
+    return undo
+
+
+def uses_class(model: Any, module_name: str, class_name: str) -> bool:
+    """Whether ``model`` has a submodule of exactly ``module_name.class_name`` (a modeling module already imported:
+    a workaround's ``applies`` for one model family's class)."""
+    module = sys.modules.get(module_name)
+    cls = getattr(module, class_name, None) if module is not None else None
+    return cls is not None and hasattr(model, "modules") and any(type(m) is cls for m in model.modules())
 
 
 _registry: dict[str, Workaround] = {}

@@ -20,7 +20,7 @@ from typing import Any
 
 import torch
 
-from ..registry import Workaround, patch_attribute, register_workaround
+from ..registry import Workaround, patch_attribute, register_workaround, undo_all
 
 __all__ = ["rotate_pairs"]
 
@@ -71,12 +71,7 @@ def _apply(model: Any, inputs: dict):
     for module, rotary, axis in _modules(model):
         undos.append(patch_attribute(getattr(module, rotary), "forward", _real_rotary))
         undos.append(patch_attribute(module, "apply_rotary_emb", _real_apply(axis)))
-
-    def undo() -> None:
-        for one in reversed(undos):
-            one()
-
-    return undo
+    return undo_all(undos)
 
 
 for _backend, _versions, _breaks, _upstream in (

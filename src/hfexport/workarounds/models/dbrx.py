@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from ..registry import patch_attribute, workaround
+from ..registry import patch_attribute, uses_class, workaround
 
 _DBRX = "transformers.models.dbrx.modeling_dbrx"
 
@@ -39,12 +39,6 @@ def _batched_experts(self: Any, hidden_states: torch.Tensor, top_k_index: torch.
     return out.to(states.dtype).view(batch_size, -1, self.hidden_size)
 
 
-def _applies(model: Any, inputs: dict) -> bool:
-    module = sys.modules.get(_DBRX)
-    return module is not None and hasattr(model, "modules") and any(
-        type(m) is module.DbrxExperts for m in model.modules())
-
-
 @workaround(
     id="dbrx-batched-experts",
     backend="all",
@@ -53,7 +47,7 @@ def _applies(model: Any, inputs: dict) -> bool:
     "cannot guard on (GuardOnDataDependentSymNode: Eq(u0, 0))",
     upstream="transformers models/dbrx/modeling_dbrx.py DbrxExperts.forward; no issue known",
     versions={"transformers": ">=5.0,<5.24"},
-    applies=_applies,
+    applies=lambda model, inputs: uses_class(model, _DBRX, "DbrxExperts"),
 )
 def _apply(model: Any, inputs: dict) -> Callable[[], None]:
     return patch_attribute(sys.modules[_DBRX].DbrxExperts, "forward", _batched_experts)

@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from ..registry import patch_attribute, workaround
+from ..registry import patch_attribute, uses_class, workaround
 
 _LONGCAT = "transformers.models.longcat_flash.modeling_longcat_flash"
 
@@ -39,12 +39,6 @@ def _batched_experts(self: Any, hidden_states: torch.Tensor, top_k_index: torch.
     return (out * top_k_weights[..., None]).sum(1).to(hidden_states.dtype)
 
 
-def _applies(model: Any, inputs: dict) -> bool:
-    module = sys.modules.get(_LONGCAT)
-    return module is not None and hasattr(model, "modules") and any(
-        type(m) is module.LongcatFlashExperts for m in model.modules())
-
-
 @workaround(
     id="longcat-flash-batched-experts",
     backend="all",
@@ -53,7 +47,7 @@ def _applies(model: Any, inputs: dict) -> bool:
     "torch.export cannot guard on (GuardOnDataDependentSymNode: Eq(u0, 0))",
     upstream="transformers models/longcat_flash/modeling_longcat_flash.py LongcatFlashExperts.forward; no issue known",
     versions={"transformers": ">=5.0,<5.24"},
-    applies=_applies,
+    applies=lambda model, inputs: uses_class(model, _LONGCAT, "LongcatFlashExperts"),
 )
 def _apply(model: Any, inputs: dict) -> Callable[[], None]:
     return patch_attribute(sys.modules[_LONGCAT].LongcatFlashExperts, "forward", _batched_experts)

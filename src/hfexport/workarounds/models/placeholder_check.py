@@ -16,7 +16,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from ..registry import patch_attribute, workaround
+from ..registry import patch_attribute, undo_all, workaround
 
 #: modeling module -> the class whose get_placeholder_mask raises in Python
 _OWNERS = {
@@ -62,9 +62,4 @@ def _applies(model: Any, inputs: dict) -> bool:
 )
 def _apply(model: Any, inputs: dict) -> Callable[[], None]:
     undos = [patch_attribute(cls, "get_placeholder_mask", _unchecked(cls.get_placeholder_mask)) for cls in _owners()]
-
-    def undo() -> None:
-        for u in reversed(undos):
-            u()
-
-    return undo
+    return undo_all(undos)
