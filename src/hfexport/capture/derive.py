@@ -31,7 +31,7 @@ import torch
 
 from ..derived import MODEL_HELPERS, PREFIXES, VISION_HELPERS, DerivedInput
 from ..pytrees import is_cache
-from .multimodal import _attribute_snapshot, _restore_attributes
+from .multimodal import attribute_snapshot, restore_attributes
 
 __all__ = ["derive_vision_inputs"]
 
@@ -84,8 +84,9 @@ def _recording(helper: str, fn: Callable, sources: dict[int, str], calls: list) 
             recipe = DerivedInput(helper, source, settings, tuple(tensors), _prefix(source)) if source else None
         except ValueError:  # a tensor setting (a per-image merge size): not replayable from the grid alone
             recipe = None
-        prefix = recipe.prefix if recipe is not None else ""
-        calls.append((recipe, {prefix + k: v for k, v in tensors.items()}))
+        # an unreplayable call marks its keys under every prefix: no recipe feeds them, the trace meets the call
+        prefixes = [recipe.prefix] if recipe is not None else PREFIXES
+        calls.append((recipe, {p + k: v for p in prefixes for k, v in tensors.items()}))
         return out
 
     return wrapper
@@ -149,12 +150,12 @@ def derive_vision_inputs(model: torch.nn.Module,
     if not modules and not owners:
         return inputs, []
     calls: list = []
-    snapshot = _attribute_snapshot(model)  # (Qwen2-VL keeps its rope deltas on the module)
+    snapshot = attribute_snapshot(model)  # (Qwen2-VL keeps its rope deltas on the module)
     try:
         with _patched(modules, owners, inputs, sources, calls), torch.no_grad():
             model(**inputs)
     finally:
-        _restore_attributes(snapshot)
+        restore_attributes(snapshot)
     derived: dict[str, torch.Tensor] = {}
     recipes: list[DerivedInput] = []
     conflicting: set[str] = set()

@@ -152,11 +152,11 @@ def with_modality_inputs(model: torch.nn.Module, call: Mapping[str, Any], inputs
 
 
 
-def _attribute_snapshot(model: torch.nn.Module) -> list[tuple[torch.nn.Module, dict[str, Any]]]:
+def attribute_snapshot(model: torch.nn.Module) -> list[tuple[torch.nn.Module, dict[str, Any]]]:
     return [(m, {k: v for k, v in vars(m).items() if not k.startswith("_")}) for m in model.modules()]
 
 
-def _restore_attributes(snapshot: list[tuple[torch.nn.Module, dict[str, Any]]]) -> None:
+def restore_attributes(snapshot: list[tuple[torch.nn.Module, dict[str, Any]]]) -> None:
     """Undo state a forward leaves on modules (Qwen2-VL caches ``rope_deltas`` on its base model)."""
     for module, before in snapshot:
         for key in [k for k in vars(module) if not k.startswith("_") and k not in before]:
@@ -203,7 +203,7 @@ def decompose_multimodal(model: torch.nn.Module, inputs: Mapping[str, Any]) -> d
             "would not run; pass them through with_modality_inputs(model, prefill_kwargs, generate_inputs)"
         )
     recorders = {name: CallRecorder(module) for name, module in parts.items()}
-    snapshot = _attribute_snapshot(model)
+    snapshot = attribute_snapshot(model)
     was_training = model.training
     model.eval()
     try:
@@ -212,7 +212,7 @@ def decompose_multimodal(model: torch.nn.Module, inputs: Mapping[str, Any]) -> d
     finally:
         for recorder in recorders.values():
             recorder.remove()
-        _restore_attributes(snapshot)
+        restore_attributes(snapshot)
         model.train(was_training)
     silent = [name for name, r in recorders.items() if not r.calls and name != "embed_tokens"]
     if silent:
