@@ -20,6 +20,9 @@ CASES = [
     ("hunyuan_vl", "generate"),
     ("internvl", "generate"),  # its tower's patch grid pixel-shuffled before the projector (glue.BEFORE_PROJECTOR)
     ("dbrx", "generate"),  # its experts loop over the experts hit (workaround dbrx-batched-experts)
+    # its generate passes no position_ids: one row counted over the padded prompt, and a decode graph that computes
+    # its own (the loop fed the mask's [batch, seq] positions to both)
+    ("exaone4_5", "generate"),
 ]
 
 

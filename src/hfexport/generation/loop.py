@@ -44,6 +44,12 @@ class Component:
         spec = self.kwargs.get(key)
         return spec is not None and spec.traced
 
+    def feeds(self, key: str) -> bool:
+        """Whether a call passes ``key`` (not a constant the trace specialised: a graph traced with
+        ``position_ids=None`` computes its own)."""
+        spec = self.kwargs.get(key)
+        return spec is not None and spec.fed
+
     def mask_kind(self, key: str = "attention_mask") -> str:
         kind = self.metadata.kind_of(key)
         if kind is KwargKind.TENSOR:
@@ -177,7 +183,7 @@ class TextState:
                 "sample inputs (an attention_mask holding zeros) to generate padded batches, or generate one prompt "
                 "at a time."
             )
-        if component.takes("position_ids"):
+        if component.feeds("position_ids"):
             call["position_ids"] = self.positions[..., start : start + q]
         if component.takes("cache_position"):
             call["cache_position"] = torch.arange(start, start + q, device=self.mask.device)

@@ -243,6 +243,12 @@ def _prefill_positions(exported: Any, lm: Component, input_ids: torch.Tensor, ma
     text = (mask2d.long().cumsum(-1) - 1).masked_fill(mask2d == 0, 0)
     spec = lm.metadata.input_spec("position_ids")
     shape = (spec.example_shape or spec.shape) if spec is not None else []
+    embeds = lm.metadata.input_spec("inputs_embeds")
+    traced_batch = (embeds.example_shape or embeds.shape)[0] if embeds is not None else None
+    if len(shape) == 2 and shape[0] == 1 and isinstance(traced_batch, int) and traced_batch > 1:
+        # one row of positions for a batch: the model's generate passes none and it counts over the padded prompt
+        # (Exaone-4.5: arange(seq)[None]), which is what it was traced with
+        return torch.arange(input_ids.shape[1], device=input_ids.device)[None]
     if len(shape) != 3:
         return text
     grids = {k: inputs.get(k) for k in ("image_grid_thw", "video_grid_thw")}
