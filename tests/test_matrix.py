@@ -534,3 +534,37 @@ def test_a_router_the_init_leaves_at_zero_gets_random_weights():
     for name in routers:
         weight = dict(model.named_parameters())[name]
         assert weight.abs().max() > 0 and torch.equal(weight, dict(again.named_parameters())[name])  # seeded
+
+
+def test_batch_norms_the_init_draws_near_zero_get_scale_one_so_detection_scores_do_not_all_tie():
+    """RT-DETR's init draws its batch norms' weights from normal(0, 0.02): the encoder's output fell to ~1e-9 and every
+    detection score was the same number, so ``topk`` chose the queries by tie-breaking (ONNX, OpenVINO and ExecuTorch
+    rows read a 4.4 mismatch while every value before the ``topk`` matched)."""
+    import torch
+    from transformers import RTDetrModel
+
+    model = build_model("rt_detr", "RTDetrModel")
+    plain = RTDetrModel._from_config(model.config, dtype=torch.float32).eval()  # the class's own init
+    norms = [m for m in plain.modules() if isinstance(m, torch.nn.BatchNorm2d)]
+    assert norms and max(float(m.weight.abs().mean()) for m in norms) < 0.1
+    inputs = sample_inputs(model, "rt_detr")
+    with torch.no_grad():
+        tied = plain(**inputs).enc_outputs_class.amax(-1)
+        scores = model(**inputs).enc_outputs_class.amax(-1)
+    assert float(tied.std()) < 1e-5  # every anchor scores the same: the order topk gives is arbitrary
+    assert float(scores.std()) > 1e-3 and len(torch.unique(scores)) == scores.numel()
+
+
+def test_a_family_that_sizes_values_by_heads_keeps_one_key_value_head_per_head_where_grouping_would_break_it():
+    """Nemotron-3 Diarization's audio encoder sizes its keys by num_key_value_heads and its values by
+    num_attention_heads; with the rules' 2 of 4 it ran eagerly only because SDPA reads the heads off each tensor, and
+    every export refused it ("Attempting to broadcast a dimension of length 8"). Llama keeps grouped-query attention."""
+    import torch
+
+    diarization = build_model("nemotron3_diarization_audio", "Nemotron3DiarizationAudioModel")
+    pairs = [(m.k_proj.out_features, m.v_proj.out_features) for m in diarization.modules() if hasattr(m, "k_proj")]
+    assert pairs and all(k == v for k, v in pairs)
+    assert diarization.config.num_key_value_heads == diarization.config.num_attention_heads
+    llama = build_model("llama", "LlamaForCausalLM")
+    assert llama.config.num_key_value_heads < llama.config.num_attention_heads
+    assert isinstance(llama.model.layers[0].self_attn.k_proj, torch.nn.Linear)

@@ -422,6 +422,8 @@ def _build(cls: Any, config: Any) -> Any:
     import torch
     from transformers import GenerationConfig
 
+    from .weights import lift_vanishing_norms, seed_zero_routers
+
     wanted = getattr(cls, "config_class", None)
     if isinstance(wanted, type) and not isinstance(config, wanted):  # a decoder class of a composite model type
         # (MusicgenForCausalLM of "musicgen" takes the MusicgenDecoderConfig inside it)
@@ -433,19 +435,23 @@ def _build(cls: Any, config: Any) -> Any:
     attn = "sdpa" if getattr(cls, "_supports_sdpa", False) else "eager"
     with torch.device("meta"):  # count first: a sub-config the rules missed can mean gigabytes
         try:
-            size = sum(p.numel() for p in cls._from_config(config, attn_implementation=attn).parameters())
+            meta = cls._from_config(config, attn_implementation=attn)
         except ValueError as e:  # a sub-model (a CNN backbone) without SDPA refuses the whole model's choice
             if attn != "sdpa" or "does not support an attention implementation" not in str(e):
                 raise
             attn = "eager"
-            size = sum(p.numel() for p in cls._from_config(config, attn_implementation=attn).parameters())
+            meta = cls._from_config(config, attn_implementation=attn)
+        if _values_ungrouped(meta) and _ungroup(config):
+            meta = cls._from_config(config, attn_implementation=attn)
+        size = sum(p.numel() for p in meta.parameters())
     if size > MAX_PARAMETERS:
         raise ValueError(f"the shrunk model still has {size / 1e6:.0f}M parameters (> {MAX_PARAMETERS / 1e6:.0f}M): "
                          "a size field the shrinking rules do not know")
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(0)
         model = cls._from_config(config, attn_implementation=attn, dtype=torch.float32)
-        _seed_zero_routers(model)
+        seed_zero_routers(model)
+        lift_vanishing_norms(model)
     model.eval()
     if model.can_generate():
         # the top-level value first: Whisper's get_text_config() answers a decoder config with default ids
@@ -458,14 +464,37 @@ def _build(cls: Any, config: Any) -> Any:
     return model
 
 
-def _seed_zero_routers(model: Any) -> None:
-    """Random weights for an MoE router (or gate) the model's init leaves at zero (AFMoE's): with every score equal,
-    its ``topk`` picks experts by tie-breaking, which each runtime does its own way, and the export is then compared
-    on a tie no trained router has (AFMoE's ONNX and OpenVINO logits "differed" by 0.18)."""
+def _values_ungrouped(model: Any) -> bool:
+    """Whether an attention layer projects its keys and values to different widths: a family that sizes its keys by
+    ``num_key_value_heads`` and its values by ``num_attention_heads`` (Nemotron-3 Diarization and Transcribe audio
+    encoders, whose checkpoints have as many of each) and only "runs" grouped because eager SDPA reads the value heads
+    off the tensor, which no export's attention does ("Attempting to broadcast a dimension of length 8")."""
     import torch
 
-    with torch.no_grad():
-        for name, param in model.named_parameters():
-            if param.dim() == 2 and ("router" in name or "gate" in name) and not param.any():
-                param.normal_(0.0, 0.02)
+    def widths(m: Any) -> tuple[int, ...]:
+        projections = [getattr(m, f"{x}_proj", None) for x in "qkv"]
+        return tuple(p.out_features for p in projections) if all(
+            isinstance(p, torch.nn.Linear) for p in projections) else ()
+
+    # values as wide as the queries, keys narrower (a linear attention's own widths, OLMo-Hybrid's, are left alone)
+    return any(w and w[0] == w[2] != w[1] for w in map(widths, model.modules()))
+
+
+def _ungroup(config: Any, seen: set[int] | None = None) -> bool:
+    """As many key/value heads as heads in ``config`` and its sub-configs; whether any changed."""
+    seen = set() if seen is None else seen
+    if id(config) in seen:
+        return False
+    seen.add(id(config))
+    changed = False
+    heads, groups = getattr(config, "num_attention_heads", None), getattr(config, "num_key_value_heads", None)
+    if isinstance(heads, int) and isinstance(groups, int) and groups < heads:
+        config.num_key_value_heads = heads
+        changed = True
+    for value in vars(config).values():
+        if _is_config(value):
+            changed = _ungroup(value, seen) or changed
+    return changed
+
+
 
