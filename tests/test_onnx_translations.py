@@ -42,6 +42,15 @@ class _Scaled(torch.nn.Module):
         return x.to(torch.float32) * 1.0 + x.to(torch.int64).mul(2.5)
 
 
+class _Joint(torch.nn.Module):
+    """A transducer's joint network as Parakeet's: ``[B, T, 1, H] + [B, 1, U, H]``, then ``squeeze(2)``, which torch
+    leaves alone when U is not 1; and a squeeze of a real size-1 dimension beside it."""
+
+    def forward(self, frames: torch.Tensor, tokens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        joint = (frames.unsqueeze(2) + tokens.unsqueeze(1)).relu()
+        return joint.squeeze(2), frames.unsqueeze(2).squeeze(2)
+
+
 def _export(module, inputs):
     exported = OnnxExporter().export(module, inputs, OnnxConfig(dynamic=True))
     return exported, exported.components["model"].metadata.workarounds
@@ -86,6 +95,27 @@ def test_a_scalar_multiplication_converts():
     exported, fired = _export(_Scaled(), {"x": x})
     assert "onnx-mul-scalar" in fired
     assert torch.equal(exported(x=x), _Scaled()(x))
+
+
+def test_a_squeeze_of_a_dimension_that_is_not_one_stays_a_no_op_as_in_torch():
+    from hfexport.workarounds import registry
+
+    inputs = {"frames": torch.randn(2, 4, 8), "tokens": torch.randn(2, 3, 8)}
+    expected = _Joint()(**inputs)
+    assert expected[0].shape == (2, 4, 3, 8) and expected[1].shape == (2, 4, 8)
+    squeeze = next(w for w in registry.workarounds("onnx") if w.id == "onnx-squeeze-noop")
+    applies = squeeze.applies
+    object.__setattr__(squeeze, "applies", lambda model, inputs: False)
+    try:  # without it ONNX Runtime refuses the graph: "Dimension of input 2 must be 1 instead of 3"
+        with pytest.raises(Exception, match="must be 1 instead of 3"):
+            OnnxExporter().export(_Joint(), inputs, OnnxConfig(dynamic=False))(**inputs)
+    finally:
+        object.__setattr__(squeeze, "applies", applies)
+    exported = OnnxExporter().export(_Joint(), inputs, OnnxConfig(dynamic=False))
+    assert "onnx-squeeze-noop" in exported.components["model"].metadata.workarounds
+    got = exported(**inputs)
+    assert [tuple(t.shape) for t in got] == [(2, 4, 3, 8), (2, 4, 8)]
+    assert all(torch.equal(g, e) for g, e in zip(got, expected))
 
 
 def test_a_complex_rotary_embedding_converts():
