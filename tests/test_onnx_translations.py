@@ -51,6 +51,14 @@ class _Joint(torch.nn.Module):
         return joint.squeeze(2), frames.unsqueeze(2).squeeze(2)
 
 
+class _OneMinus(torch.nn.Module):
+    """``1.0 - mask`` over an integer mask (TimesFM's ``1.0 - patched_pads``): ``rsub`` decomposes to
+    ``sub(1.0, mask)``, whose cast the type promotion pass must insert."""
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        return x * (1.0 - mask) + (2 - mask.to(torch.float64)).to(torch.float32)
+
+
 def _export(module, inputs):
     exported = OnnxExporter().export(module, inputs, OnnxConfig(dynamic=True))
     return exported, exported.components["model"].metadata.workarounds
@@ -116,6 +124,23 @@ def test_a_squeeze_of_a_dimension_that_is_not_one_stays_a_no_op_as_in_torch():
     got = exported(**inputs)
     assert [tuple(t.shape) for t in got] == [(2, 4, 3, 8), (2, 4, 8)]
     assert all(torch.equal(g, e) for g, e in zip(got, expected))
+
+
+def test_a_number_minus_a_tensor_converts_where_its_operand_is_cast():
+    from hfexport.workarounds import registry
+
+    inputs = {"x": torch.randn(2, 5), "mask": torch.tensor([[0, 1, 1, 0, 1], [1, 1, 0, 0, 0]])}
+    first = next(w for w in registry.workarounds("onnx") if w.id == "onnx-scalar-first-operand")
+    applies = first.applies
+    object.__setattr__(first, "applies", lambda model, inputs: False)
+    try:  # "Cannot find a compatible OpOverload for aten.sub with the provided arguments"
+        with pytest.raises(ExportError, match="lower"):
+            _export(_OneMinus(), inputs)
+    finally:
+        object.__setattr__(first, "applies", applies)
+    exported, fired = _export(_OneMinus(), inputs)
+    assert "onnx-scalar-first-operand" in fired
+    assert torch.equal(exported(**inputs), _OneMinus()(**inputs))
 
 
 def test_a_complex_rotary_embedding_converts():
