@@ -169,7 +169,7 @@ BUILTIN_MODULES = tuple(f"hfexport.workarounds.{name}" for name in (
     "executorch_symbolic_empty", "models.longcat_flash", "models.complex_rotary", "models.packed_vision_attention",
     "executorch_conv3d_patches", "onnx_masked_scatter",
     "onnx_full_dtype", "executorch_sort_topk", "models.placeholder_check", "models.dbrx",
-    "onnx_mul_scalar", "onnx_squeeze_dims", "onnx_scalar_first",
+    "onnx_mul_scalar", "onnx_squeeze_dims", "onnx_scalar_first", "onnx_no_op_tolerance",
 ))
 
 

@@ -2,8 +2,9 @@
 
 The same passes as ``onnxscript.optimizer.optimize``: inline functions, fold constants (with shape inference), the
 default rewrite rules, remove what became unused, lift constants into initializers, deduplicate initializers and
-common subexpressions. One difference: rules whose pattern has several output nodes are left out. onnxscript
-matches those by enumerating every node of the graph for each candidate (``SimplePatternMatcher.match``), which is
+common subexpressions, with the no-op rules matching their constants exactly (workaround ``onnx-no-op-tolerance``).
+One difference: rules whose pattern has several output nodes are left out. onnxscript matches those by enumerating
+every node of the graph for each candidate (``SimplePatternMatcher.match``), which is
 quadratic in the graph size: on SmolLM2-135M's decode graph the one such default rule (``SlicesSplit``, two slices
 into one ``Split``) took 30 s of the 32 s the optimiser ran, for no measurable gain at run time.
 """
@@ -17,7 +18,10 @@ import numpy as np
 import onnx_ir as ir
 import onnx_ir.passes.common as common_passes
 
-__all__ = ["optimize", "default_rules"]
+__all__ = ["optimize", "default_rules", "OPTIMIZER_WORKAROUNDS"]
+
+#: registered workarounds of the onnxscript rewriter, applied while it runs
+OPTIMIZER_WORKAROUNDS = ("onnx-no-op-tolerance",)
 
 logger = logging.getLogger(__name__)
 
@@ -45,8 +49,11 @@ def optimize(model: ir.Model, num_iterations: int = 2) -> ir.Model:
     Example:
         >>> optimize(exported.program)  # already done by OnnxConfig(optimize=True)
     """
+    from ...workarounds.registry import applied_workarounds
+
     start = time.perf_counter()
-    with np.errstate(all="ignore"):  # constant folding evaluates e.g. log(0) in T5's position buckets, as torch does
+    # constant folding evaluates e.g. log(0) in T5's position buckets, as torch does
+    with np.errstate(all="ignore"), applied_workarounds(None, model, {}, ids=OPTIMIZER_WORKAROUNDS):
         _optimize(model, num_iterations)
     logger.info("onnxscript optimiser: %d nodes in %.1fs", len(model.graph), time.perf_counter() - start)
     return model
