@@ -196,6 +196,35 @@ def test_a_traced_tensor_check_is_dropped_before_the_core_aten_verifier():
     assert torch.equal(exported(x=x), x * 2)
 
 
+class _BiasWindow(torch.nn.Module):
+    """MPT's ALiBi slice: ``max(0, bias.size(1) - query_length)`` traces as ``torch.sym_max``, a Python function."""
+
+    def forward(self, x: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
+        start = max(0, bias.size(1) - x.size(1))
+        return x + bias[:, start:]
+
+
+def test_a_max_of_sizes_the_ranges_decide_is_resolved_before_the_edge_verifier():
+    from hfexport.capture.graph_passes import resolve_sym_min_max
+
+    x, bias = torch.randn(2, 8), torch.randn(2, 8)
+    length = torch.export.Dim("length", min=2, max=64)
+    keys = torch.export.Dim("keys", min=2, max=64)
+    program = torch.export.export(_BiasWindow(), (x, bias), dynamic_shapes=({1: length}, {1: keys}))
+    assert any(n.target is torch.sym_max for n in program.graph.nodes)  # ExecuTorch's verifier: AssertionError
+    assert resolve_sym_min_max(program) == 0  # bias and queries of any lengths: the order is open, kept
+    program = torch.export.export(_BiasWindow(), (x, torch.randn(2, 128)), dynamic_shapes=({1: length}, None))
+    assert resolve_sym_min_max(program) == 1  # 128 - length >= 64: the difference itself
+    assert not any(n.target is torch.sym_max for n in program.graph.nodes)
+    for n in (3, 40):
+        x, bias = torch.randn(2, n), torch.randn(2, 128)
+        assert torch.equal(program.module()(x, bias), _BiasWindow()(x, bias))
+    config = ExecutorchConfig(dynamic_shapes={"x": {1: torch.export.Dim("length", min=2, max=64)}, "bias": None})
+    exported = ExecutorchExporter().export(_BiasWindow(), {"x": x, "bias": bias}, config)
+    x = torch.randn(2, 5)
+    assert torch.equal(exported(x=x, bias=bias), _BiasWindow()(x, bias))
+
+
 class _MaxLastDim(torch.nn.Module):
     """An attention-sink style max over the last dim of a rank-4 tensor (GPT-OSS)."""
 

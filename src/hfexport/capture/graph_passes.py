@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 import torch
 
-__all__ = ["drop_tensor_checks", "fold_split_cat", "program_graphs"]
+__all__ = ["drop_tensor_checks", "fold_split_cat", "program_graphs", "resolve_sym_min_max"]
 
 
 def drop_tensor_checks(program: torch.export.ExportedProgram) -> int:
@@ -106,3 +106,51 @@ def program_graphs(program: torch.export.ExportedProgram) -> Iterator[tuple[torc
         if isinstance(graph, torch.fx.Graph):
             yield module, graph
 
+
+
+def resolve_sym_min_max(program: torch.export.ExportedProgram) -> int:
+    """Replace each ``torch.sym_max`` / ``torch.sym_min`` of sizes whose order the program's shape ranges decide by
+    the operand that wins; returns how many. MPT's ``max(0, position_bias.size(1) - query_length)`` traces as
+    ``torch.sym_max``, a Python function that ExecuTorch's edge verifier refuses (only ``alloc`` may be one:
+    ``AssertionError`` in ``check_valid_edge_op``) and OpenVINO's frontend has no rule for; with the query length
+    bounded by the bias's size, it is the difference itself. A max whose order the ranges leave open is kept."""
+    count = 0
+    for module, graph in program_graphs(program):
+        changed = 0
+        for node in list(graph.nodes):
+            if node.op != "call_function" or node.target not in (torch.sym_max, torch.sym_min) or len(node.args) != 2:
+                continue
+            a, b = (x.meta.get("val") if isinstance(x, torch.fx.Node) else x for x in node.args)
+            if not all(isinstance(v, (int, torch.SymInt)) for v in (a, b)):
+                continue
+            larger = _larger(a, b)
+            if larger is None:
+                continue
+            winner = node.args[larger if node.target is torch.sym_max else 1 - larger]
+            for user in list(node.users):  # (a plain int that wins goes into its users' arguments)
+                user.args = torch.fx.node.map_arg(user.args, lambda x: winner if x is node else x)
+                user.kwargs = torch.fx.node.map_arg(user.kwargs, lambda x: winner if x is node else x)
+            graph.erase_node(node)
+            changed += 1
+        if changed and isinstance(module, torch.fx.GraphModule):
+            module.recompile()
+        count += changed
+    return count
+
+
+def _larger(a: int | torch.SymInt, b: int | torch.SymInt) -> int | None:
+    """0 if ``a >= b`` over the whole of the shape ranges, 1 if ``b >= a``, ``None`` if the ranges leave it open.
+    Bounded from the ranges themselves (``bound_sympy``), not the shape environment's cached answers, which predate
+    the bounds a lowering gives afterwards (ExecuTorch's caps)."""
+    from torch.utils._sympy.value_ranges import bound_sympy
+
+    difference = a - b
+    if isinstance(difference, int):
+        return 0 if difference >= 0 else 1
+    node = difference.node
+    ranges = bound_sympy(node.expr, node.shape_env.var_to_range)
+    if ranges.lower >= 0:
+        return 0
+    if ranges.upper <= 0:
+        return 1
+    return None
