@@ -208,3 +208,29 @@ def test_a_complex_rotary_embedding_converts_and_matches_eager():
     assert "openvino-complex-rotary" in exported.components["model"].metadata.workarounds
     report = compare_outputs(exported(**inputs), eager)
     assert not report["problems"] and report["max_abs_diff"] <= 1e-4, report
+
+
+class _ChunkPad(torch.nn.Module):
+    """Mamba-2's chunked scan pads the sequence to a whole number of chunks: ``(chunk - len % chunk) % chunk``."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        pad = (4 - x.size(1) % 4) % 4
+        return torch.nn.functional.pad(x, (0, 0, 0, pad)).cumsum(1)
+
+
+def test_a_size_modulo_of_a_dynamic_length_converts_and_matches_eager():
+    """"No conversion rule found for operations: <built-in function mod>" without workaround
+    openvino-symbolic-ints."""
+    from hfexport.workarounds.openvino_symbolic_ints import sym_mod_as_floordiv
+
+    x = torch.randn(2, 7, 8)
+    length = torch.export.Dim("length", min=2, max=60)
+    program = torch.export.export(_ChunkPad(), (x,), dynamic_shapes=({1: length},))
+    assert sym_mod_as_floordiv(program) >= 1
+    config = OpenVINOConfig(dynamic_shapes={"x": {1: torch.export.Dim("length", min=2, max=60)}})
+    exported = OpenVINOExporter().export(_ChunkPad(), {"x": x}, config)
+    assert "openvino-symbolic-ints" in exported.components["model"].metadata.workarounds
+    for n in (5, 8, 13):
+        x = torch.randn(2, n, 8)
+        got, want = exported(x=x), _ChunkPad()(x)
+        assert got.shape == want.shape and (got - want).abs().max() < 1e-5

@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from ...capture.graph_passes import drop_tensor_checks, fold_split_cat, resolve_sym_min_max
+from ...capture.graph_passes import drop_tensor_checks, fold_split_cat
 from ...configs import ExecutorchConfig
 from .bounds import cap_dynamic_dims
 from .targets import Target
@@ -59,7 +59,6 @@ def lower(
     drop_tensor_checks(program)
     target.rewrite(program)
     cap_dynamic_dims(program)
-    resolve_sym_min_max(program)  # (after the caps: MPT's max(0, bias size - query length) is then decided)
     if external:
         tag_weights_external(program)
     start = time.perf_counter()

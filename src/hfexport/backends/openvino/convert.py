@@ -46,9 +46,6 @@ def convert(program: torch.export.ExportedProgram) -> Any:
     """
     import openvino as ov
 
-    from ...capture.graph_passes import resolve_sym_min_max
-
-    resolve_sym_min_max(program)  # (no frontend rule for torch.sym_min / sym_max: GLM5-Next's, MPT's)
     try:
         return ov.convert_model(program)
     except Exception as e:  # noqa: BLE001 - the frontend raises its own (pybind) types

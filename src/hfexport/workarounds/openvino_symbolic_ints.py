@@ -1,0 +1,75 @@
+"""OpenVINO: the size arithmetic the PyTorch frontend has no rule for, rewritten with the arithmetic it has.
+
+The frontend converts ``operator.add``/``sub``/``mul``/``floordiv`` of symbolic sizes, but not ``operator.mod``
+(Mamba-2's chunked scan, ``pad = (chunk - seq_len % chunk) % chunk``: Bamba, Mamba-2, Falcon-H1, Nemotron-H,
+Zamba-2, GraniteMoE-Hybrid prefill graphs) nor ``torch.sym_min`` / ``torch.sym_max`` (GLM5-Next, MPT, the
+DeepSeek-V3.2-like indexers): "No conversion rule found for operations: <built-in function mod>". Before conversion a
+``mod`` of sizes becomes ``a - (a // b) * b`` (Python's floor modulo, the same integer), and a ``sym_min`` /
+``sym_max`` whose order the shape ranges decide becomes the winning operand (``capture.graph_passes
+.resolve_sym_min_max``). Drop it once the frontend converts them (openvino 2026.3 does not).
+"""
+
+from __future__ import annotations
+
+import operator
+from typing import Any
+
+from .openvino_convert import rewrite_program_before_convert
+from .registry import workaround
+
+__all__ = ["sym_mod_as_floordiv"]
+
+
+def sym_mod_as_floordiv(program: Any) -> int:
+    """Rewrite every ``operator.mod`` of symbolic ints in ``program`` as ``a - (a // b) * b``; returns how many."""
+    import torch
+
+    from ..capture.graph_passes import program_graphs
+
+    def value(x: Any) -> Any:
+        return x.meta.get("val") if isinstance(x, torch.fx.Node) else x
+
+    count = 0
+    for module, graph in program_graphs(program):
+        changed = 0
+        for node in list(graph.nodes):
+            if node.op != "call_function" or node.target is not operator.mod or len(node.args) != 2:
+                continue
+            a, b = node.args
+            if not all(isinstance(value(x), (int, torch.SymInt)) for x in (a, b)):
+                continue
+            with graph.inserting_before(node):
+                quotient = graph.call_function(operator.floordiv, (a, b))
+                quotient.meta["val"] = value(a) // value(b)
+                whole = graph.call_function(operator.mul, (quotient, b))
+                whole.meta["val"] = quotient.meta["val"] * value(b)
+                rest = graph.call_function(operator.sub, (a, whole))
+                rest.meta["val"] = node.meta.get("val")
+            node.replace_all_uses_with(rest)
+            graph.erase_node(node)
+            changed += 1
+        if changed and isinstance(module, torch.fx.GraphModule):
+            module.recompile()
+        count += changed
+    return count
+
+
+def _rewrite(program: Any) -> Any:
+    from ..capture.graph_passes import resolve_sym_min_max
+
+    sym_mod_as_floordiv(program)
+    resolve_sym_min_max(program)
+    return program
+
+
+@workaround(
+    id="openvino-symbolic-ints",
+    backend="openvino",
+    target="openvino.convert_model (operator.mod, torch.sym_min, torch.sym_max of sizes in an ExportedProgram)",
+    breaks="a graph with size arithmetic the PyTorch frontend has no rule for does not convert: 'No conversion rule "
+    "found for operations: <built-in function mod>' (Mamba-2 chunked scans), torch.sym_min (GLM5-Next)",
+    upstream=None,
+    versions={"openvino": ">=2024.0,<2027"},
+)
+def _apply(model: Any, inputs: dict):
+    return rewrite_program_before_convert(_rewrite)
