@@ -315,3 +315,19 @@ def test_placeholders_already_in_the_signatures_order_are_left_as_they_are():
     before = [n.name for n in program.graph.nodes if n.op == "placeholder"]
     assert not order_placeholders(program)
     assert [n.name for n in program.graph.nodes if n.op == "placeholder"] == before
+
+
+class _Buckets(torch.nn.Module):
+    """Idefics3's patch position ids: fractional coordinates bucketized over fixed boundaries."""
+
+    def forward(self, coords: torch.Tensor) -> torch.Tensor:
+        boundaries = torch.arange(1 / 8, 1.0, 1 / 8)
+        return torch.bucketize(coords, boundaries, right=True) * 8 + torch.bucketize(coords, boundaries)
+
+
+def test_bucketize_is_counted_against_the_boundaries_where_executorch_has_no_kernel():
+    """"Operator torch._ops.aten.bucketize.Tensor is not in Core ATen opset" without executorch-bucketize."""
+    coords = torch.cat([torch.rand(2, 20), torch.arange(0, 1, 1 / 8).expand(2, 8)], dim=1)  # ties on boundaries
+    exported = ExecutorchExporter().export(_Buckets(), {"coords": coords}, ExecutorchConfig())
+    assert "executorch-bucketize" in exported.components["model"].metadata.workarounds
+    assert torch.equal(exported(coords=coords), _Buckets()(coords))
