@@ -184,3 +184,19 @@ def test_a_complex_rotary_embedding_converts():
     assert "onnx-complex-rotary" in fired
     report = compare_outputs(exported(**inputs), eager)
     assert not report["problems"] and report["max_abs_diff"] <= 1e-4, report
+
+
+def test_gemma3n_activation_sparsity_converts_with_its_quantile_computed_before_the_trace():
+    """'No ONNX function found for prims.erf_inv' (Normal(0, 1).icdf of a constant in Gemma3nTextMLP) without
+    workaround onnx-gemma3n-constant-quantile."""
+    from hfexport.tools.matrix.inputs import sample_inputs
+    from hfexport.tools.matrix.shrink import build_model
+
+    model = build_model("gemma3n_text", "Gemma3nForCausalLM")
+    assert any(getattr(m, "activation_sparsity", 0.0) > 0 for m in model.modules())
+    inputs = sample_inputs(model, "gemma3n_text")
+    exported = OnnxExporter().export(model, inputs, OnnxConfig(dynamic=False))
+    assert "onnx-gemma3n-constant-quantile" in exported.components["model"].metadata.workarounds
+    with torch.no_grad():
+        expected = model(**inputs).logits
+    assert (exported(**inputs).logits - expected).abs().max() <= 1e-4
