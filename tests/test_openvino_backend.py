@@ -234,3 +234,19 @@ def test_a_size_modulo_of_a_dynamic_length_converts_and_matches_eager():
         x = torch.randn(2, n, 8)
         got, want = exported(x=x), _ChunkPad()(x)
         assert got.shape == want.shape and (got - want).abs().max() < 1e-5
+
+
+def test_an_input_the_graph_never_reads_is_dropped_by_the_frontend_and_not_fed():
+    """Idefics3's vision tower takes the prompt's ``input_ids`` in ``**kwargs`` and never reads them; the frontend
+    drops that input: "openvino.convert_model gave 1 inputs and 1 outputs; the traced signature has 2 and 1" before."""
+    from hfexport.tools.matrix.inputs import sample_inputs
+    from hfexport.tools.matrix.shrink import build_model
+
+    model = build_model("idefics3_vision", "Idefics3VisionTransformer")
+    inputs = sample_inputs(model, "idefics3_vision")
+    assert set(inputs) == {"pixel_values", "input_ids"}
+    exported = OpenVINOExporter().export(model, inputs, OpenVINOConfig())
+    assert [p.get_friendly_name() for p in exported.program.get_parameters()] == ["pixel_values"]
+    with torch.no_grad():
+        expected = model(**inputs).last_hidden_state
+    assert (exported(**inputs).last_hidden_state - expected).abs().max() <= 1e-3

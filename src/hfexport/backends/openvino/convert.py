@@ -77,6 +77,8 @@ def name_ports(model: Any, metadata: ExportMetadata) -> Any:
     _drop_non_tensor_inputs(model, metadata)
     params, results = model.get_parameters(), model.get_results()
     names_in, names_out = input_names(metadata), output_names(metadata)
+    if len(params) < len(names_in) and len(results) == len(names_out):
+        names_in = _read_inputs(params, names_in)
     if len(params) != len(names_in) or len(results) != len(names_out):
         raise ExportError(
             f"openvino.convert_model gave {len(params)} inputs and {len(results)} outputs; the traced signature has "
@@ -102,6 +104,15 @@ def name_ports(model: Any, metadata: ExportMetadata) -> Any:
         result.output(0).get_tensor().set_names({name})  # a Result holds its own names (OpenVINO >= 2025)
     model.validate_nodes_and_infer_types()
     return model
+
+
+def _read_inputs(params: list[Any], names: list[str]) -> list[str]:
+    """The input names of ``params`` when the frontend dropped inputs the graph never reads (a vision tower given
+    ``input_ids`` it takes in ``**kwargs``: Idefics3's, SmolVLM's) and kept the traced names on the others: those
+    names, in the parameters' order (the runner feeds by name, and feeds nothing to a dropped input). Otherwise
+    ``names`` unchanged, for the caller to refuse."""
+    kept = [next((n for n in names if n in p.output(0).get_names()), None) for p in params]
+    return [n for n in kept if n is not None] if all(kept) and len(set(kept)) == len(kept) else names
 
 
 def _drop_non_tensor_inputs(model: Any, metadata: ExportMetadata) -> None:
