@@ -331,3 +331,18 @@ def test_bucketize_is_counted_against_the_boundaries_where_executorch_has_no_ker
     exported = ExecutorchExporter().export(_Buckets(), {"coords": coords}, ExecutorchConfig())
     assert "executorch-bucketize" in exported.components["model"].metadata.workarounds
     assert torch.equal(exported(coords=coords), _Buckets()(coords))
+
+
+def test_gpt2_exports_with_a_contiguous_copy_where_the_retrace_transposes_sdpas_output():
+    """"Cannot view a tensor with shape torch.Size([2, 6, 64]) and strides (64, 128, 1)" in to_edge's re-trace
+    without executorch-transposed-views."""
+    from hfexport.tools.matrix.inputs import sample_inputs
+    from hfexport.tools.matrix.shrink import build_model
+
+    model = build_model("gpt2", "GPT2LMHeadModel")
+    inputs = sample_inputs(model, "gpt2")
+    exported = ExecutorchExporter().export(model, inputs, ExecutorchConfig())
+    assert "executorch-transposed-views" in exported.components["model"].metadata.workarounds
+    with torch.no_grad():
+        expected = model(**inputs).logits
+    assert (exported(**inputs).logits - expected).abs().max() <= 1e-3
