@@ -250,3 +250,16 @@ def test_an_input_the_graph_never_reads_is_dropped_by_the_frontend_and_not_fed()
     with torch.no_grad():
         expected = model(**inputs).last_hidden_state
     assert (exported(**inputs).last_hidden_state - expected).abs().max() <= 1e-3
+
+
+def test_an_average_pool_wider_than_its_input_is_converted_as_the_mean_torch_computes():
+    """EfficientNet's ``AvgPool2d(hidden_dim, ceil_mode=True)``: "Kernel after dilation has size (dim: 16) larger than
+    the data shape after padding (dim: 3)" at compile time without openvino-global-avg-pool."""
+    pool = torch.nn.Sequential(torch.nn.Conv2d(4, 6, 1), torch.nn.AvgPool2d(16, ceil_mode=True)).eval()
+    x = torch.randn(2, 4, 3, 3)
+    with torch.no_grad():
+        expected = pool(x)
+    assert expected.shape == (2, 6, 1, 1) and torch.allclose(expected, pool[0](x).mean((-2, -1), keepdim=True))
+    exported = OpenVINOExporter().export(pool, {"input": x}, OpenVINOConfig())
+    assert "openvino-global-avg-pool" in exported.components["model"].metadata.workarounds
+    assert (exported(input=x) - expected).abs().max() < 1e-5
