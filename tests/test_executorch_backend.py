@@ -346,3 +346,16 @@ def test_gpt2_exports_with_a_contiguous_copy_where_the_retrace_transposes_sdpas_
     with torch.no_grad():
         expected = model(**inputs).logits
     assert (exported(**inputs).logits - expected).abs().max() <= 1e-3
+
+
+def test_a_1d_convolution_over_a_dynamic_batch_and_length_stays_outside_xnnpack_which_cannot_reshape_it():
+    """An audio encoder's convolutional front end (Moonshine, Speech2Text, Parakeet): "XNNPACK reshape only supports
+    1 dynamic dimension" without executorch-xnnpack-conv1d-dynamic."""
+    conv = torch.nn.Sequential(torch.nn.Conv1d(4, 8, 3, stride=2), torch.nn.GELU()).eval()
+    x = torch.randn(2, 4, 16)
+    exported = ExecutorchExporter().export(conv, {"input": x}, ExecutorchConfig(dynamic=True))
+    assert "executorch-xnnpack-conv1d-dynamic" in exported.components["model"].metadata.workarounds
+    for shape in ((2, 4, 16), (3, 4, 21)):
+        x = torch.randn(*shape)
+        with torch.no_grad():
+            assert (exported(input=x) - conv(x)).abs().max() < 1e-5

@@ -14,6 +14,10 @@ issue known; drop one once its config and visitor agree.
   op_squeeze.py lowers it to a static reshape that allows one dynamic dim: "XNNPACK reshape only supports 1 dynamic
   dimension" for a rotate-half ``stack(..., dim=-1)`` (Cohere, Cohere2, ERNIE 4.5) or an SSM's reshapes (Mamba2,
   Parakeet) once batch and sequence length are both dynamic.
+- ``executorch-xnnpack-conv1d-dynamic``: ``ConvolutionConfig`` takes a 1-D convolution, which XNNPACK runs as a 2-D
+  one between an ``unsqueeze`` and a ``squeeze`` its own pass inserts (``Conv1dUnsqueezePass``), past the unsqueeze
+  config's check: with batch and frames both dynamic the same "XNNPACK reshape only supports 1 dynamic dimension"
+  (the audio encoders' convolutional front ends: Moonshine, Speech2Text, SpeechT5, Parakeet, Canary, Cohere ASR).
 """
 
 from __future__ import annotations
@@ -24,9 +28,10 @@ from typing import Any
 
 from .registry import Workaround, patch_attribute, register_workaround
 
-__all__ = ["max_dim_visitor_accepts", "reshape_visitor_accepts"]
+__all__ = ["max_dim_visitor_accepts", "reshape_visitor_accepts", "conv1d_visitor_accepts"]
 
 _MODULE = "executorch.backends.xnnpack.partition.config"
+_GEMM = "executorch.backends.xnnpack.partition.config.gemm_configs"
 
 
 def max_dim_visitor_accepts(node: Any) -> bool:
@@ -49,11 +54,22 @@ def reshape_visitor_accepts(node: Any) -> bool:
     return sum(1 for size in value.shape if not isinstance(size, int)) <= 1
 
 
-def _narrowing(config_name: str, accepts: Callable[[Any], bool]) -> Callable[[Any, dict], Callable[[], None]]:
-    """A workaround's ``apply``: ``config_name.check_constraints`` also requires ``accepts(node)``."""
+def conv1d_visitor_accepts(node: Any) -> bool:
+    """Whether XNNPACK lowers ``node`` (a convolution) without a reshape of two dynamic dims: a 2-D or 3-D
+    convolution, or a 1-D one whose input has at most one symbolic dim."""
+    source = node.args[0] if node.args else None
+    value = source.meta.get("val") if hasattr(source, "meta") else None
+    if value is None or value.dim() != 3:
+        return True
+    return sum(1 for size in value.shape if not isinstance(size, int)) <= 1
+
+
+def _narrowing(config_name: str, accepts: Callable[[Any], bool],
+               module: str = _MODULE) -> Callable[[Any, dict], Callable[[], None]]:
+    """A workaround's ``apply``: ``module.config_name.check_constraints`` also requires ``accepts(node)``."""
 
     def apply(model: Any, inputs: dict):
-        config = getattr(importlib.import_module(_MODULE), config_name)
+        config = getattr(importlib.import_module(module), config_name)
         original = config.check_constraints
 
         def check_constraints(self: Any, node: Any, ep: Any) -> bool:
@@ -64,20 +80,23 @@ def _narrowing(config_name: str, accepts: Callable[[Any], bool]) -> Callable[[An
     return apply
 
 
-for _id, _config, _accepts, _breaks in (
+for _id, _config, _accepts, _breaks, _module in (
     ("executorch-xnnpack-max-dim", "MaxDimConfig", max_dim_visitor_accepts,
      "a max over dim=-1 (or without keepdim) on a rank-4 input is delegated, then XNNPACK's lowering raises "
-     "'amax.default only supports dim == 2 or dim == 3' / 'only supports keep_dim == True'"),
+     "'amax.default only supports dim == 2 or dim == 3' / 'only supports keep_dim == True'", _MODULE),
     ("executorch-xnnpack-unsqueeze-dynamic", "UnsqueezeCopyConfig", reshape_visitor_accepts,
      "a trailing unsqueeze whose output has two dynamic dims (batch and length) is delegated, then XNNPACK's "
-     "lowering raises 'XNNPACK reshape only supports 1 dynamic dimension'"),
+     "lowering raises 'XNNPACK reshape only supports 1 dynamic dimension'", _MODULE),
+    ("executorch-xnnpack-conv1d-dynamic", "ConvolutionConfig", conv1d_visitor_accepts,
+     "a 1-D convolution over a batch and frames both dynamic is delegated, then XNNPACK's lowering of the unsqueeze "
+     "its own pass puts around it raises 'XNNPACK reshape only supports 1 dynamic dimension'", _GEMM),
 ):
     register_workaround(Workaround(
         id=_id,
         backend="executorch",
-        target=f"{_MODULE}.{_config}.check_constraints",
+        target=f"{_module}.{_config}.check_constraints",
         breaks=_breaks,
         upstream=None,
         versions={"executorch": ">=1.0,<1.6"},
-        apply=_narrowing(_config, _accepts),
+        apply=_narrowing(_config, _accepts, _module),
     ))
