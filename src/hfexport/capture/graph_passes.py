@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import operator
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import torch
 
-__all__ = ["drop_tensor_checks", "fold_split_cat", "program_graphs", "resolve_sym_min_max"]
+__all__ = ["drop_tensor_checks", "fold_split_cat", "program_graphs", "rewrite_nodes", "traced", "resolve_sym_min_max"]
 
 
 def drop_tensor_checks(program: torch.export.ExportedProgram) -> int:
@@ -98,14 +99,32 @@ _READS = (torch.ops.aten.item.default, torch.ops.aten._local_scalar_dense.defaul
 _ASSERTS = (torch.ops.aten._assert_scalar.default, torch.ops.aten._assert_async.msg, torch.ops.aten._assert_async.default)
 
 
-def program_graphs(program: torch.export.ExportedProgram) -> Iterator[tuple[torch.nn.Module, torch.fx.Graph]]:
-    """Every FX graph of ``program`` with the module that holds it: the top graph and its submodules' (the bodies of
-    control flow), for passes that rewrite nodes wherever they are (recompile the module after a change)."""
-    for module in program.graph_module.modules():
+def program_graphs(program: Any) -> Iterator[tuple[torch.nn.Module, torch.fx.Graph]]:
+    """Every FX graph of ``program`` (an ``ExportedProgram`` or a ``GraphModule``) with the module that holds it: the
+    top graph and its submodules' (the bodies of control flow), for passes that rewrite nodes wherever they are
+    (recompile the module after a change)."""
+    for module in getattr(program, "graph_module", program).modules():
         graph = getattr(module, "graph", None)
         if isinstance(graph, torch.fx.Graph):
             yield module, graph
 
+
+def rewrite_nodes(program: Any, rewrite: Callable[[torch.fx.Graph, torch.fx.Node], bool]) -> int:
+    """Call ``rewrite(graph, node)`` on every ``call_function`` node of every graph of ``program`` (see
+    :func:`program_graphs`); it changes the node in place and says whether it did. Recompiles each changed module;
+    returns how many nodes changed. The one loop of the node-by-node passes of the backends' workarounds."""
+    count = 0
+    for module, graph in program_graphs(program):
+        changed = sum(1 for node in list(graph.nodes) if node.op == "call_function" and rewrite(graph, node))
+        if changed and isinstance(module, torch.fx.GraphModule):
+            module.recompile()
+        count += changed
+    return count
+
+
+def traced(arg: Any) -> Any:
+    """The traced value of a node argument (``meta["val"]``), or the argument itself when it is a constant."""
+    return arg.meta.get("val") if isinstance(arg, torch.fx.Node) else arg
 
 
 def resolve_sym_min_max(program: torch.export.ExportedProgram) -> int:
@@ -114,28 +133,22 @@ def resolve_sym_min_max(program: torch.export.ExportedProgram) -> int:
     ``torch.sym_max``, a Python function that ExecuTorch's edge verifier refuses (only ``alloc`` may be one:
     ``AssertionError`` in ``check_valid_edge_op``) and OpenVINO's frontend has no rule for; with the query length
     bounded by the bias's size, it is the difference itself. A max whose order the ranges leave open is kept."""
-    count = 0
-    for module, graph in program_graphs(program):
-        changed = 0
-        for node in list(graph.nodes):
-            if node.op != "call_function" or node.target not in (torch.sym_max, torch.sym_min) or len(node.args) != 2:
-                continue
-            a, b = (x.meta.get("val") if isinstance(x, torch.fx.Node) else x for x in node.args)
-            if not all(isinstance(v, (int, torch.SymInt)) for v in (a, b)):
-                continue
-            larger = _larger(a, b)
-            if larger is None:
-                continue
-            winner = node.args[larger if node.target is torch.sym_max else 1 - larger]
-            for user in list(node.users):  # (a plain int that wins goes into its users' arguments)
-                user.args = torch.fx.node.map_arg(user.args, lambda x: winner if x is node else x)
-                user.kwargs = torch.fx.node.map_arg(user.kwargs, lambda x: winner if x is node else x)
-            graph.erase_node(node)
-            changed += 1
-        if changed and isinstance(module, torch.fx.GraphModule):
-            module.recompile()
-        count += changed
-    return count
+    return rewrite_nodes(program, _resolve_min_max)
+
+
+def _resolve_min_max(graph: torch.fx.Graph, node: torch.fx.Node) -> bool:
+    if node.target not in (torch.sym_max, torch.sym_min) or len(node.args) != 2:
+        return False
+    a, b = (traced(x) for x in node.args)
+    larger = _larger(a, b) if all(isinstance(v, (int, torch.SymInt)) for v in (a, b)) else None
+    if larger is None:
+        return False
+    winner = node.args[larger if node.target is torch.sym_max else 1 - larger]
+    for user in list(node.users):  # (a plain int that wins goes into its users' arguments)
+        user.args = torch.fx.node.map_arg(user.args, lambda x: winner if x is node else x)
+        user.kwargs = torch.fx.node.map_arg(user.kwargs, lambda x: winner if x is node else x)
+    graph.erase_node(node)
+    return True
 
 
 def _larger(a: int | torch.SymInt, b: int | torch.SymInt) -> int | None:

@@ -15,7 +15,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from .registry import patch_attribute, workaround
+from .executorch_to_edge import rewrite_programs_before_to_edge
+from .registry import workaround
 
 __all__: list[str] = []
 
@@ -31,15 +32,6 @@ __all__: list[str] = []
     versions={"executorch": ">=1.0,<1.6"},
 )
 def _apply(model: Any, inputs: dict):
-    import executorch.exir
-
     from ..capture.graph_passes import resolve_sym_min_max
 
-    original = executorch.exir.to_edge_transform_and_lower
-
-    def to_edge_transform_and_lower(programs: Any, *args: Any, **kwargs: Any) -> Any:
-        for program in programs.values() if isinstance(programs, dict) else [programs]:
-            resolve_sym_min_max(program)
-        return original(programs, *args, **kwargs)
-
-    return patch_attribute(executorch.exir, "to_edge_transform_and_lower", to_edge_transform_and_lower)
+    return rewrite_programs_before_to_edge(resolve_sym_min_max)

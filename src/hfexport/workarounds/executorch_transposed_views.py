@@ -15,7 +15,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from .registry import patch_attribute, workaround
+from .executorch_to_edge import rewrite_programs_before_to_edge
+from .registry import workaround
 
 __all__ = ["copy_transposed_views"]
 
@@ -23,33 +24,29 @@ __all__ = ["copy_transposed_views"]
 def copy_transposed_views(program: Any) -> int:
     """Insert a contiguous ``clone`` between each view/reshape of ``program`` and the transpose or permute it reads
     when that transpose's traced value is contiguous; returns how many."""
+    from ..capture.graph_passes import rewrite_nodes
+
+    return rewrite_nodes(program, _copy_before_view)
+
+
+def _copy_before_view(graph: Any, node: Any) -> bool:
     import torch
 
-    from ..capture.graph_passes import program_graphs
+    from ..capture.graph_passes import traced
 
     aten = torch.ops.aten
-    views = (aten.view.default, aten._unsafe_view.default, aten.reshape.default)
-    moves = (aten.transpose.int, aten.permute.default)
-    count = 0
-    for module, graph in program_graphs(program):
-        changed = 0
-        for node in list(graph.nodes):
-            if node.op != "call_function" or node.target not in views:
-                continue
-            source = node.args[0]
-            value = source.meta.get("val") if isinstance(source, torch.fx.Node) else None
-            if not (isinstance(source, torch.fx.Node) and source.target in moves and isinstance(value, torch.Tensor)
-                    and value.dim() > 1 and value.is_contiguous()):
-                continue
-            with graph.inserting_before(node):
-                copy = graph.call_function(aten.clone.default, (source,), {"memory_format": torch.contiguous_format})
-            copy.meta["val"] = value.clone(memory_format=torch.contiguous_format)
-            node.args = (copy, *node.args[1:])
-            changed += 1
-        if changed and isinstance(module, torch.fx.GraphModule):
-            module.recompile()
-        count += changed
-    return count
+    if node.target not in (aten.view.default, aten._unsafe_view.default, aten.reshape.default):
+        return False
+    source = node.args[0]
+    value = traced(source)
+    if not (isinstance(source, torch.fx.Node) and source.target in (aten.transpose.int, aten.permute.default)
+            and isinstance(value, torch.Tensor) and value.dim() > 1 and value.is_contiguous()):
+        return False
+    with graph.inserting_before(node):
+        copy = graph.call_function(aten.clone.default, (source,), {"memory_format": torch.contiguous_format})
+    copy.meta["val"] = value.clone(memory_format=torch.contiguous_format)
+    node.args = (copy, *node.args[1:])
+    return True
 
 
 @workaround(
@@ -62,13 +59,4 @@ def copy_transposed_views(program: Any) -> int:
     versions={"executorch": ">=1.0,<1.6"},
 )
 def _apply(model: Any, inputs: dict):
-    import executorch.exir
-
-    original = executorch.exir.to_edge_transform_and_lower
-
-    def to_edge_transform_and_lower(programs: Any, *args: Any, **kwargs: Any) -> Any:
-        for program in programs.values() if isinstance(programs, dict) else [programs]:
-            copy_transposed_views(program)
-        return original(programs, *args, **kwargs)
-
-    return patch_attribute(executorch.exir, "to_edge_transform_and_lower", to_edge_transform_and_lower)
+    return rewrite_programs_before_to_edge(copy_transposed_views)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .registry import patch_attribute, workaround
+from .registry import workaround
 
 __all__ = ["mul_scalar_as_tensor"]
 
@@ -26,20 +26,15 @@ def mul_scalar_as_tensor(graph_module: Any) -> int:
     """Retarget every ``aten.mul.Scalar`` node of ``graph_module`` (and its submodules) to ``aten.mul.Tensor``."""
     import torch
 
-    count = 0
-    for module in graph_module.modules():
-        graph = getattr(module, "graph", None)
-        if not isinstance(graph, torch.fx.Graph):
-            continue
-        changed = 0
-        for node in graph.nodes:
-            if node.op == "call_function" and node.target is torch.ops.aten.mul.Scalar:
-                node.target = torch.ops.aten.mul.Tensor
-                changed += 1
-        if changed and isinstance(module, torch.fx.GraphModule):
-            module.recompile()
-        count += changed
-    return count
+    from ..capture.graph_passes import rewrite_nodes
+
+    def retarget(graph: Any, node: Any) -> bool:
+        if node.target is not torch.ops.aten.mul.Scalar:
+            return False
+        node.target = torch.ops.aten.mul.Tensor
+        return True
+
+    return rewrite_nodes(graph_module, retarget)
 
 
 @workaround(
@@ -52,13 +47,6 @@ def mul_scalar_as_tensor(graph_module: Any) -> int:
     versions={"onnxscript": "<=0.7.0"},
 )
 def _apply(model: Any, inputs: dict):
-    import importlib
+    from ..backends.onnx.translations import around_type_promotion
 
-    module = importlib.import_module(_FX_PASSES)
-    original = module.insert_type_promotion_nodes
-
-    def insert_type_promotion_nodes(graph_module: Any) -> None:
-        original(graph_module)
-        mul_scalar_as_tensor(graph_module)
-
-    return patch_attribute(module, "insert_type_promotion_nodes", insert_type_promotion_nodes)
+    return around_type_promotion(after=mul_scalar_as_tensor)

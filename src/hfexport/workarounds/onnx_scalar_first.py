@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .registry import patch_attribute, workaround
+from .registry import workaround
 
 __all__ = ["tensor_first_operands"]
 
@@ -24,35 +24,30 @@ _FX_PASSES = "torch.onnx._internal.exporter._fx_passes"
 def tensor_first_operands(graph_module: Any) -> int:
     """Give every binary ``aten`` arithmetic node of ``graph_module`` (and its submodules) whose first operand is a
     Python number a 0-d tensor of it instead; returns how many nodes changed."""
+    from ..capture.graph_passes import rewrite_nodes
+
+    return rewrite_nodes(graph_module, _tensor_first)
+
+
+def _tensor_first(graph: Any, node: Any) -> bool:
     import torch
 
+    from ..capture.graph_passes import traced
+
     aten = torch.ops.aten
-    targets = (aten.sub.Tensor, aten.add.Tensor, aten.mul.Tensor, aten.div.Tensor)
-    count = 0
-    for module in graph_module.modules():
-        graph = getattr(module, "graph", None)
-        if not isinstance(graph, torch.fx.Graph):
-            continue
-        changed = 0
-        for node in list(graph.nodes):
-            if node.op != "call_function" or node.target not in targets or len(node.args) < 2:
-                continue
-            number, other = node.args[0], node.args[1]
-            value = other.meta.get("val") if isinstance(other, torch.fx.Node) else None
-            if isinstance(number, bool) or not isinstance(number, (int, float)) or not isinstance(value, torch.Tensor):
-                continue
-            dtype = value.dtype
-            if isinstance(number, float) and not (dtype.is_floating_point or dtype.is_complex):
-                dtype = torch.get_default_dtype()
-            with graph.inserting_before(node):
-                scalar = graph.call_function(aten.scalar_tensor.default, (number,), {"dtype": dtype})
-            scalar.meta["val"] = torch.empty((), dtype=dtype, device=value.device)
-            node.args = (scalar, *node.args[1:])
-            changed += 1
-        if changed and isinstance(module, torch.fx.GraphModule):
-            module.recompile()
-        count += changed
-    return count
+    if node.target not in (aten.sub.Tensor, aten.add.Tensor, aten.mul.Tensor, aten.div.Tensor) or len(node.args) < 2:
+        return False
+    number, value = node.args[0], traced(node.args[1])
+    if isinstance(number, bool) or not isinstance(number, (int, float)) or not isinstance(value, torch.Tensor):
+        return False
+    dtype = value.dtype
+    if isinstance(number, float) and not (dtype.is_floating_point or dtype.is_complex):
+        dtype = torch.get_default_dtype()
+    with graph.inserting_before(node):
+        scalar = graph.call_function(aten.scalar_tensor.default, (number,), {"dtype": dtype})
+    scalar.meta["val"] = torch.empty((), dtype=dtype, device=value.device)
+    node.args = (scalar, *node.args[1:])
+    return True
 
 
 @workaround(
@@ -65,13 +60,6 @@ def tensor_first_operands(graph_module: Any) -> int:
     versions={"torch": ">=2.9,<2.14"},
 )
 def _apply(model: Any, inputs: dict):
-    import importlib
+    from ..backends.onnx.translations import around_type_promotion
 
-    module = importlib.import_module(_FX_PASSES)
-    original = module.insert_type_promotion_nodes
-
-    def insert_type_promotion_nodes(graph_module: Any) -> None:
-        tensor_first_operands(graph_module)
-        original(graph_module)
-
-    return patch_attribute(module, "insert_type_promotion_nodes", insert_type_promotion_nodes)
+    return around_type_promotion(before=tensor_first_operands)

@@ -22,40 +22,37 @@ __all__ = ["global_pools_as_means"]
 def global_pools_as_means(program: Any) -> int:
     """Rewrite each ``aten.avg_pool2d`` of ``program`` whose window covers its whole static input as a spatial mean;
     returns how many."""
+    from ..capture.graph_passes import rewrite_nodes
+
+    return rewrite_nodes(program, _pool_as_mean)
+
+
+def _pool_as_mean(graph: Any, node: Any) -> bool:
     import torch
 
-    from ..capture.graph_passes import program_graphs
+    from ..capture.graph_passes import traced
 
     aten = torch.ops.aten
-    count = 0
-    for module, graph in program_graphs(program):
-        changed = 0
-        for node in list(graph.nodes):
-            if node.op != "call_function" or node.target is not aten.avg_pool2d.default:
-                continue
-            x = node.args[0]
-            value = x.meta.get("val") if isinstance(x, torch.fx.Node) else None
-            if not isinstance(value, torch.Tensor) or value.dim() not in (3, 4):
-                continue
-            kernel = node.args[1] if len(node.args) > 1 else node.kwargs.get("kernel_size")
-            padding = node.args[3] if len(node.args) > 3 else node.kwargs.get("padding", 0)
-            divisor = node.args[6] if len(node.args) > 6 else node.kwargs.get("divisor_override")
-            kernel = [kernel, kernel] if isinstance(kernel, int) else list(kernel)
-            padding = [padding, padding] if isinstance(padding, int) else list(padding or [0, 0])
-            sizes = list(value.shape[-2:])
-            if (divisor is not None or any(p != 0 for p in padding) or len(kernel) == 1
-                    or not all(isinstance(s, int) and k >= s for k, s in zip(kernel, sizes))):
-                continue
-            with graph.inserting_before(node):
-                mean = graph.call_function(aten.mean.dim, (x, [-2, -1], True))
-            mean.meta["val"] = node.meta.get("val")
-            node.replace_all_uses_with(mean)
-            graph.erase_node(node)
-            changed += 1
-        if changed and isinstance(module, torch.fx.GraphModule):
-            module.recompile()
-        count += changed
-    return count
+    if node.target is not aten.avg_pool2d.default:
+        return False
+    value = traced(node.args[0])
+    if not isinstance(value, torch.Tensor) or value.dim() not in (3, 4):
+        return False
+    kernel = node.args[1] if len(node.args) > 1 else node.kwargs.get("kernel_size")
+    padding = node.args[3] if len(node.args) > 3 else node.kwargs.get("padding", 0)
+    divisor = node.args[6] if len(node.args) > 6 else node.kwargs.get("divisor_override")
+    kernel = [kernel, kernel] if isinstance(kernel, int) else list(kernel)
+    padding = [padding, padding] if isinstance(padding, int) else list(padding or [0, 0])
+    sizes = list(value.shape[-2:])
+    if (divisor is not None or any(p != 0 for p in padding) or len(kernel) == 1
+            or not all(isinstance(s, int) and k >= s for k, s in zip(kernel, sizes))):
+        return False
+    with graph.inserting_before(node):
+        mean = graph.call_function(aten.mean.dim, (node.args[0], [-2, -1], True))
+    mean.meta["val"] = node.meta.get("val")
+    node.replace_all_uses_with(mean)
+    graph.erase_node(node)
+    return True
 
 
 def _rewrite(program: Any) -> Any:

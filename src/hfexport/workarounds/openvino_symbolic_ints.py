@@ -22,36 +22,31 @@ __all__ = ["sym_mod_as_floordiv"]
 
 def sym_mod_as_floordiv(program: Any) -> int:
     """Rewrite every ``operator.mod`` of symbolic ints in ``program`` as ``a - (a // b) * b``; returns how many."""
+    from ..capture.graph_passes import rewrite_nodes
+
+    return rewrite_nodes(program, _mod_as_floordiv)
+
+
+def _mod_as_floordiv(graph: Any, node: Any) -> bool:
     import torch
 
-    from ..capture.graph_passes import program_graphs
+    from ..capture.graph_passes import traced
 
-    def value(x: Any) -> Any:
-        return x.meta.get("val") if isinstance(x, torch.fx.Node) else x
-
-    count = 0
-    for module, graph in program_graphs(program):
-        changed = 0
-        for node in list(graph.nodes):
-            if node.op != "call_function" or node.target is not operator.mod or len(node.args) != 2:
-                continue
-            a, b = node.args
-            if not all(isinstance(value(x), (int, torch.SymInt)) for x in (a, b)):
-                continue
-            with graph.inserting_before(node):
-                quotient = graph.call_function(operator.floordiv, (a, b))
-                quotient.meta["val"] = value(a) // value(b)
-                whole = graph.call_function(operator.mul, (quotient, b))
-                whole.meta["val"] = quotient.meta["val"] * value(b)
-                rest = graph.call_function(operator.sub, (a, whole))
-                rest.meta["val"] = node.meta.get("val")
-            node.replace_all_uses_with(rest)
-            graph.erase_node(node)
-            changed += 1
-        if changed and isinstance(module, torch.fx.GraphModule):
-            module.recompile()
-        count += changed
-    return count
+    if node.target is not operator.mod or len(node.args) != 2:
+        return False
+    a, b = node.args
+    if not all(isinstance(traced(x), (int, torch.SymInt)) for x in (a, b)):
+        return False
+    with graph.inserting_before(node):
+        quotient = graph.call_function(operator.floordiv, (a, b))
+        quotient.meta["val"] = traced(a) // traced(b)
+        whole = graph.call_function(operator.mul, (quotient, b))
+        whole.meta["val"] = quotient.meta["val"] * traced(b)
+        rest = graph.call_function(operator.sub, (a, whole))
+        rest.meta["val"] = node.meta.get("val")
+    node.replace_all_uses_with(rest)
+    graph.erase_node(node)
+    return True
 
 
 def _rewrite(program: Any) -> Any:

@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-__all__ = ["translation_table", "register_translation", "around_decomposition"]
+__all__ = ["translation_table", "register_translation", "around_decomposition", "around_type_promotion"]
 
 _FX_PASSES = "torch.onnx._internal.exporter._fx_passes"
 # op -> (translation, lowest opset it is valid for): added for the length of an export by registered workarounds
@@ -53,6 +53,27 @@ def around_decomposition(before: Any = None, after: Any = None) -> Any:
         return decomposed
 
     return patch_attribute(module, "decompose_with_registry", decompose_with_registry)
+
+
+def around_type_promotion(before: Any = None, after: Any = None) -> Any:
+    """Run ``before(graph_module)`` / ``after(graph_module)`` around torch.onnx's type promotion pass
+    (``_fx_passes.insert_type_promotion_nodes``, after its decomposition) in the exports that follow; returns the
+    undo."""
+    import importlib
+
+    from ...workarounds.registry import patch_attribute
+
+    module = importlib.import_module(_FX_PASSES)
+    original = module.insert_type_promotion_nodes
+
+    def insert_type_promotion_nodes(graph_module: Any) -> None:
+        if before is not None:
+            before(graph_module)
+        original(graph_module)
+        if after is not None:
+            after(graph_module)
+
+    return patch_attribute(module, "insert_type_promotion_nodes", insert_type_promotion_nodes)
 
 
 def _grouped_mm(mat_a: Any, mat_b: Any, offs: Any, bias: Any = None, out_dtype: Any = None) -> Any:
