@@ -263,3 +263,18 @@ def test_an_average_pool_wider_than_its_input_is_converted_as_the_mean_torch_com
     exported = OpenVINOExporter().export(pool, {"input": x}, OpenVINOConfig())
     assert "openvino-global-avg-pool" in exported.components["model"].metadata.workarounds
     assert (exported(input=x) - expected).abs().max() < 1e-5
+
+
+class _GroupedAttention(torch.nn.Module):
+    """An encoder's grouped-query attention without a mask: transformers passes ``enable_gqa=True``."""
+
+    def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        return torch.nn.functional.scaled_dot_product_attention(q, k, v, scale=0.25, enable_gqa=True)
+
+
+def test_a_grouped_query_sdpa_converts_with_its_key_value_heads_repeated():
+    """"cannot convert aten.scaled_dot_product_attention.default" without openvino-sdpa-gqa (PE-Audio, GLM-ASR)."""
+    inputs = {"q": torch.randn(2, 4, 5, 8), "k": torch.randn(2, 2, 5, 8), "v": torch.randn(2, 2, 5, 8)}
+    exported = OpenVINOExporter().export(_GroupedAttention(), inputs, OpenVINOConfig())
+    assert "openvino-sdpa-gqa" in exported.components["model"].metadata.workarounds
+    assert (exported(**inputs) - _GroupedAttention()(**inputs)).abs().max() < 1e-5
