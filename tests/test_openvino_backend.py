@@ -278,3 +278,18 @@ def test_a_grouped_query_sdpa_converts_with_its_key_value_heads_repeated():
     exported = OpenVINOExporter().export(_GroupedAttention(), inputs, OpenVINOConfig())
     assert "openvino-sdpa-gqa" in exported.components["model"].metadata.workarounds
     assert (exported(**inputs) - _GroupedAttention()(**inputs)).abs().max() < 1e-5
+
+
+class _Patches(torch.nn.Module):
+    """PatchTST's patching: ``unfold`` over the time dimension."""
+
+    def forward(self, past_values: torch.Tensor) -> torch.Tensor:
+        return past_values.unfold(dimension=-2, size=4, step=3).sum(-1)
+
+
+def test_unfold_over_a_static_dimension_converts_as_a_gather_of_its_windows():
+    """"cannot convert aten.unfold.default" without openvino-unfold."""
+    x = torch.randn(2, 13, 3)
+    exported = OpenVINOExporter().export(_Patches(), {"past_values": x}, OpenVINOConfig())
+    assert "openvino-unfold" in exported.components["model"].metadata.workarounds
+    assert (exported(past_values=x) - _Patches()(x)).abs().max() < 1e-5
