@@ -68,6 +68,7 @@ def test_export_then_run_gives_eager_text(model_dir, tmp_path, backend):
     assert json.loads(ran.stdout)["text"] == expected
 
 
+@pytest.mark.sweep  # (80 s of two CLI processes; tests/test_cli_validate.py keeps validate in the default suite)
 def test_validate_passes_on_the_export_and_fails_on_other_weights(model_dir, tmp_path):
     from transformers import LlamaForCausalLM
 

@@ -103,6 +103,7 @@ def test_image_text_to_text_generates_like_eager(name):
     assert got.shape == expected.shape and torch.equal(got, expected), (got, expected)
 
 
+@pytest.mark.sweep  # (2.5 min: a whole MiniCPM3 generation export on ExecuTorch; `make test-sweep` runs it)
 def test_a_symbolic_empty_keeps_the_programs_dynamic_sizes():
     # MiniCPM3's latent attention traces an aten.empty([batch, past + 1]); ExecuTorch's MemoryFormatOpsPass made it
     # _empty_dim_order(int[] size), guarding batch and length to the capture's values program-wide, so a 9-token
