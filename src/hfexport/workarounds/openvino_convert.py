@@ -14,7 +14,8 @@ __all__ = ["rewrite_program_before_convert", "rewrite_model_after_convert"]
 
 def rewrite_program_before_convert(rewrite: Callable[[Any], Any]) -> Undo:
     """Wrap ``openvino.convert_model`` so that an ``ExportedProgram`` goes through ``rewrite`` first (it returns the
-    program to convert: the same one changed in place, or a new one); the returned undo restores the original."""
+    program to convert, or changes it in place and returns anything else, e.g. a count); the returned undo restores
+    the original."""
     import openvino
     import torch
 
@@ -22,7 +23,8 @@ def rewrite_program_before_convert(rewrite: Callable[[Any], Any]) -> Undo:
 
     def convert_model(input_model: Any, *args: Any, **kwargs: Any) -> Any:
         if isinstance(input_model, torch.export.ExportedProgram):
-            input_model = rewrite(input_model)
+            rewritten = rewrite(input_model)  # (an in-place pass returns its count)
+            input_model = rewritten if isinstance(rewritten, torch.export.ExportedProgram) else input_model
         return original(input_model, *args, **kwargs)
 
     return patch_attribute(openvino, "convert_model", convert_model)

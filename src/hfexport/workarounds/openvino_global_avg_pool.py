@@ -55,11 +55,6 @@ def _pool_as_mean(graph: Any, node: Any) -> bool:
     return True
 
 
-def _rewrite(program: Any) -> Any:
-    global_pools_as_means(program)
-    return program
-
-
 @workaround(
     id="openvino-global-avg-pool",
     backend="openvino",
@@ -70,4 +65,4 @@ def _rewrite(program: Any) -> Any:
     versions={"openvino": ">=2024.0,<2027"},
 )
 def _apply(model: Any, inputs: dict):
-    return rewrite_program_before_convert(_rewrite)
+    return rewrite_program_before_convert(global_pools_as_means)

@@ -50,11 +50,6 @@ def _repeat_heads(graph: Any, node: Any) -> bool:
     return True
 
 
-def _rewrite(program: Any) -> Any:
-    repeat_grouped_heads(program)
-    return program
-
-
 @workaround(
     id="openvino-sdpa-gqa",
     backend="openvino",
@@ -65,4 +60,4 @@ def _rewrite(program: Any) -> Any:
     versions={"openvino": ">=2024.0,<2027"},
 )
 def _apply(model: Any, inputs: dict):
-    return rewrite_program_before_convert(_rewrite)
+    return rewrite_program_before_convert(repeat_grouped_heads)

@@ -49,12 +49,10 @@ def _mod_as_floordiv(graph: Any, node: Any) -> bool:
     return True
 
 
-def _rewrite(program: Any) -> Any:
+def _rewrite(program: Any) -> int:
     from ..capture.graph_passes import resolve_sym_min_max
 
-    sym_mod_as_floordiv(program)
-    resolve_sym_min_max(program)
-    return program
+    return sym_mod_as_floordiv(program) + resolve_sym_min_max(program)
 
 
 @workaround(
