@@ -21,6 +21,7 @@ def _weight_bytes(model: torch.nn.Module) -> int:
     return sum(p.numel() * p.element_size() for p in model.parameters())  # a tied tensor is listed once
 
 
+@pytest.mark.sweep  # 131 s of the default suite's 25-minute budget; the merge itself is checked below in milliseconds
 def test_a_dynamic_cache_export_stores_each_weight_once_and_generates_like_eager(tmp_path):
     from hfexport.exporter_executorch import ExecutorchExporter
 
