@@ -293,3 +293,47 @@ def test_unfold_over_a_static_dimension_converts_as_a_gather_of_its_windows():
     exported = OpenVINOExporter().export(_Patches(), {"past_values": x}, OpenVINOConfig())
     assert "openvino-unfold" in exported.components["model"].metadata.workarounds
     assert (exported(past_values=x) - _Patches()(x)).abs().max() < 1e-5
+
+
+def _weight_products(program) -> list[list[int]]:
+    """The ``[out, in]`` shapes of the constant weights the IR's MatMul nodes read, one list per product."""
+    shapes = []
+    for node in program.get_ordered_ops():
+        if node.get_type_name() == "MatMul":
+            weight = node.input_value(1).get_node()
+            if weight.get_type_name() == "Constant":
+                shapes.append(list(weight.get_output_shape(0)))
+    return shapes
+
+
+def test_projections_reading_one_activation_are_one_product_with_the_unmerged_results(model, monkeypatch):
+    from hfexport.backends.openvino import projections
+
+    plain = OpenVINOExporter().export(model, CASE.inputs(2, 7), OpenVINOConfig(dynamic=True))  # its own runner
+
+    config = model.config
+    heads, kv, head_dim = config.num_attention_heads, config.num_key_value_heads, config.head_dim
+    hidden, inner, layers = config.hidden_size, config.intermediate_size, config.num_hidden_layers
+    shapes = _weight_products(plain.program)
+    # per layer: q|k|v as one [heads + 2 kv heads, hidden] product, gate|up as one [2 inner, hidden], o and down alone
+    assert shapes.count([(heads + 2 * kv) * head_dim, hidden]) == layers, shapes
+    head = [config.vocab_size, hidden]  # the lm_head, alone
+    assert shapes.count([2 * inner, hidden]) == layers + (head == [2 * inner, hidden]), shapes
+    assert len(shapes) == 4 * layers + 1, shapes  # qkv, o, gate|up, down per layer, and the lm_head
+    # a tied or shared weight read elsewhere is never copied into a merged product: the .bin holds each weight once
+    assert _bytes_of(plain) < 1.01 * sum(p.numel() * p.element_size() for p in model.parameters())
+
+    monkeypatch.setattr(projections, "fuse_projections", lambda program: 0)
+    unmerged = OpenVINOExporter().export(model, CASE.inputs(2, 7), OpenVINOConfig(dynamic=True))
+    assert len(_weight_products(unmerged.program)) == 7 * layers + 1  # the switch above took effect
+    inputs = CASE.inputs(2, 9)
+    with torch.no_grad():
+        eager = model(**inputs)
+    merged_logits, unmerged_logits = plain(**inputs).logits, unmerged(**inputs).logits
+    assert compare_outputs(plain(**inputs), eager)["max_abs_diff"] <= 1e-4
+    assert torch.allclose(merged_logits, unmerged_logits, rtol=0, atol=1e-6), (merged_logits - unmerged_logits).abs().max()
+
+
+def _bytes_of(exported) -> int:
+    directory = _saved(exported)
+    return (directory / "openvino_model.bin").stat().st_size

@@ -1,4 +1,5 @@
-"""``OpenVINOExporter``: ``torch.export`` -> ``openvino.convert_model`` -> (fp16 weights) -> (stateful variables)."""
+"""``OpenVINOExporter``: ``torch.export`` -> ``openvino.convert_model`` -> (quantized or merged fp32 projections) ->
+(fp16 weights) -> (stateful variables)."""
 
 from __future__ import annotations
 
@@ -52,9 +53,13 @@ class OpenVINOExporter(HfExporter):
         return name_ports(converted, metadata)
 
     def finish(self, lowered: Any, metadata: ExportMetadata, step: ExportStep) -> Any:
-        """Quantize with a quantizer that works on OpenVINO models (NNCF), compress weights to fp16
-        (``compress_to_fp16``) and fold state into variables (``stateful``)."""
+        """Quantize with a quantizer that works on OpenVINO models (NNCF), merge the fp32 projections that read one
+        activation (:mod:`.projections`), compress weights to fp16 (``compress_to_fp16``) and fold state into
+        variables (``stateful``)."""
+        from .projections import fuse_projections
+
         model = self.quantize_lowered(lowered, step)
+        fuse_projections(model)
         if step.config.compress_to_fp16:
             from openvino._offline_transformations import compress_model_transformation
 
