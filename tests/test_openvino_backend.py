@@ -236,6 +236,49 @@ def test_a_size_modulo_of_a_dynamic_length_converts_and_matches_eager():
         assert got.shape == want.shape and (got - want).abs().max() < 1e-5
 
 
+class _OpenMinMax(torch.nn.Module):
+    """A min and a max of sizes that the shape ranges leave open (a dynamic length against constants), as the
+    V3.2-like indexers' ``min(index_topk, kv_len)`` and MPT's ``max(0, bias_len - query_len)``."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x.sum(1) * min(x.size(1), 5) + max(x.size(1) - 6, 2)
+
+
+def test_a_min_and_max_of_sizes_the_ranges_leave_open_convert_and_match_eager_on_both_sides():
+    """"No conversion rule found for operations: <function sym_min>" without workaround openvino-symbolic-ints."""
+    x = torch.randn(2, 7, 8)
+    program = torch.export.export(_OpenMinMax(), (x,), dynamic_shapes=({1: torch.export.Dim("n", min=2, max=60)},))
+    found = {node.target for node in program.graph.nodes}
+    assert {torch.sym_min, torch.sym_max} <= found, found  # the trace keeps them: nothing for the frontend
+    config = OpenVINOConfig(dynamic_shapes={"x": {1: torch.export.Dim("n", min=2, max=60)}})
+    exported = OpenVINOExporter().export(_OpenMinMax(), {"x": x}, config)
+    assert "openvino-symbolic-ints" in exported.components["model"].metadata.workarounds
+    for n in (2, 4, 5, 6, 8, 9, 12, 31):  # each min/max on both sides of its crossing
+        x = torch.randn(2, n, 8)
+        got, want = exported(x=x), _OpenMinMax()(x)
+        assert got.shape == want.shape and (got - want).abs().max() < 1e-5, n
+
+
+def test_a_hybrid_recurrent_state_loads_into_its_variables_and_generates_like_eager():
+    """Jamba's recurrent state is ``[batch, 128, 16]`` as traced and ``[?, ?, ?]`` as converted: its variable
+    started empty (``[batch, 0, 0]``) failed the CPU plugin's shape check at compile time, and its conv state's
+    folded ``[?, 128, 0]`` refused the prefill's ``[2, 128, 3]`` (stateful._settled_shape, the batch * 0 start)."""
+    from hfexport.tools.matrix.inputs import sample_inputs
+    from hfexport.tools.matrix.shrink import build_model
+
+    torch.manual_seed(0)
+    model = build_model("jamba", "JambaForCausalLM")
+    capture = sample_inputs(model, "jamba", batch=2, seq=6, for_generation=True)
+    prompt = sample_inputs(model, "jamba", batch=2, seq=9, for_generation=True)
+    with torch.no_grad():
+        expected = model.generate(**prompt, max_new_tokens=8, do_sample=False)
+    exported = OpenVINOExporter().export_for_generation(model, capture, OpenVINOConfig(dynamic=True))
+    states = {op.get_output_partial_shape(0).to_string() for op in exported.components["decode"].program.get_ordered_ops()
+              if op.get_type_name() == "ReadValue"}
+    assert "[?,128,16]" in states, states
+    assert torch.equal(exported.generate(**prompt, max_new_tokens=8), expected)
+
+
 def test_an_input_the_graph_never_reads_is_dropped_by_the_frontend_and_not_fed():
     """Idefics3's vision tower takes the prompt's ``input_ids`` in ``**kwargs`` and never reads them; the frontend
     drops that input: "openvino.convert_model gave 1 inputs and 1 outputs; the traced signature has 2 and 1" before."""

@@ -6,7 +6,13 @@ Zamba-2, GraniteMoE-Hybrid prefill graphs) nor ``torch.sym_min`` / ``torch.sym_m
 DeepSeek-V3.2-like indexers): "No conversion rule found for operations: <built-in function mod>". Before conversion a
 ``mod`` of sizes becomes ``a - (a // b) * b`` (Python's floor modulo, the same integer), and a ``sym_min`` /
 ``sym_max`` whose order the shape ranges decide becomes the winning operand (``capture.graph_passes
-.resolve_sym_min_max``). Drop it once the frontend converts them (openvino 2026.3 does not).
+.resolve_sym_min_max``). One the ranges leave open (an unbounded dynamic length against a constant: the V3.2-like
+indexers' ``min(index_topk, kv_len)``, MPT's ``max(0, bias_len - query_len)``) is computed with the four operators
+the frontend has: ``below = (2**22 - 1 + b - a) // 2**22`` is 1 where ``a < b`` and 0 otherwise, for sizes under
+2**22, so ``min(a, b) = b + (a - b) * below`` and ``max(a, b) = a + b - min(a, b)``. The numerator is kept
+non-negative and under 2**24 because the converted division is not Python's exact integer floor: a negative
+numerator truncated (``-3 // 2**62`` gave 0) and a large one rounded (``(2**30 - 2) // 2**30`` gave 1, as a float32
+division would). Drop it once the frontend converts them (openvino 2026.3 does not).
 """
 
 from __future__ import annotations
@@ -49,10 +55,47 @@ def _mod_as_floordiv(graph: Any, node: Any) -> bool:
     return True
 
 
-def _rewrite(program: Any) -> int:
-    from ..capture.graph_passes import resolve_sym_min_max
+# more than any size: (_FAR - 1 + b - a) // _FAR is 1 where a < b and 0 where a >= b (numerator in [0, 2**23))
+_FAR = 2**22
 
-    return sym_mod_as_floordiv(program) + resolve_sym_min_max(program)
+
+def _min_max_as_arithmetic(graph: Any, node: Any) -> bool:
+    import torch
+
+    from ..capture.graph_passes import traced
+
+    if node.target not in (torch.sym_min, torch.sym_max) or len(node.args) != 2:
+        return False
+    a, b = node.args
+    va, vb = traced(a), traced(b)
+    if not all(isinstance(v, (int, torch.SymInt)) for v in (va, vb)):
+        return False
+
+    def call(op: Any, args: tuple, value: Any) -> Any:
+        new = graph.call_function(op, args)
+        new.meta["val"] = value
+        return new
+
+    with graph.inserting_before(node):
+        gap = call(operator.sub, (b, a), vb - va)
+        shifted = call(operator.add, (gap, _FAR - 1), vb - va + _FAR - 1)
+        below = call(operator.floordiv, (shifted, _FAR), (vb - va + _FAR - 1) // _FAR)
+        difference = call(operator.sub, (a, b), va - vb)
+        step = call(operator.mul, (difference, below), (va - vb) * ((vb - va + _FAR - 1) // _FAR))
+        result = call(operator.add, (b, step), torch.sym_min(va, vb))
+        if node.target is torch.sym_max:
+            total = call(operator.add, (a, b), va + vb)
+            result = call(operator.sub, (total, result), node.meta.get("val"))
+    node.replace_all_uses_with(result)
+    graph.erase_node(node)
+    return True
+
+
+def _rewrite(program: Any) -> int:
+    from ..capture.graph_passes import resolve_sym_min_max, rewrite_nodes
+
+    return (sym_mod_as_floordiv(program) + resolve_sym_min_max(program)
+            + rewrite_nodes(program, _min_max_as_arithmetic))
 
 
 @workaround(

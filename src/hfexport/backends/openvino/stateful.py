@@ -41,6 +41,21 @@ def variable_id(input_name: str, output_name: str) -> str:
     return input_name
 
 
+def _settled_shape(taken: Any, traced: list | None) -> Any:
+    """The state's shape: the input's, with each dimension torch.export fixed (an int in the metadata's traced shape)
+    static. The frontend can leave such a dimension dynamic (Jamba's recurrent state ``[?, ?, ?]`` where the trace
+    says ``[batch, 128, 16]``), and the initial value below starts every dynamic dimension other than the batch empty,
+    as a growing cache's length does: an initial ``[batch, 0, 0]`` recurrent state then fails the plugin's shape
+    check against the ``[batch, 128, 16]`` it is multiplied with (Jamba, Bamba, Granite-MoE-Hybrid, Kimi-Linear,
+    Bailing-Hybrid)."""
+    import openvino as ov
+
+    if traced is None or taken.rank.is_dynamic or taken.rank.get_length() != len(traced):
+        return taken
+    return ov.PartialShape([ov.Dimension(t) if d.is_dynamic and isinstance(t, int) else d
+                            for d, t in zip(taken, traced)])
+
+
 def make_stateful(model: Any, metadata: ExportMetadata) -> dict[str, str]:
     """Turn every state pair of ``model`` into a variable (in place) and add ``beam_idx``; returns the pairs.
 
@@ -61,6 +76,7 @@ def make_stateful(model: Any, metadata: ExportMetadata) -> dict[str, str]:
     zero = ops.constant(np.int64(0))
     batch = ops.unsqueeze(ops.gather(ops.shape_of(beam_idx, ov.Type.i64), zero, zero), zero)
     results = {name: r for r in model.get_results() for name in r.output(0).get_names()}
+    traced = {s.name: s.shape for s in metadata.inputs}
     for name, out in pairs.items():
         param, result = model.input(name).get_node(), results[out]
         new_value = result.input_value(0)
@@ -68,10 +84,10 @@ def make_stateful(model: Any, metadata: ExportMetadata) -> dict[str, str]:
         if element == ov.Type.i64:  # the CPU plugin stores no i64 variable (a static cache's cumulative_length)
             element = ov.Type.i32
             new_value = ops.convert(new_value, element).output(0)
+        shape = _settled_shape(param.get_partial_shape(), traced.get(name))
         info = VariableInfo()
-        info.variable_id, info.data_type, info.data_shape = variable_id(name, out), element, param.get_partial_shape()
+        info.variable_id, info.data_type, info.data_shape = variable_id(name, out), element, shape
         variable = Variable(info)
-        shape = param.get_partial_shape()
         if shape.rank.get_length() == 0:
             state = read_value(variable).output(0)
         else:
@@ -81,7 +97,10 @@ def make_stateful(model: Any, metadata: ExportMetadata) -> dict[str, str]:
             # (a batch axis that torch.export fixed, as it does for a batch-1 sample, stays that fixed size)
             first = shape[0]
             dims = [ops.constant(np.array([first.get_length()], dtype=np.int64)) if first.is_static else batch]
-            dims += [ops.constant(np.array([d.get_length() if d.is_static else 0], dtype=np.int64))
+            # an empty dimension as batch * 0, not a constant 0: a constant would fold into a state fixed at size
+            # 0, which then refuses the caller's cache (a conv state [batch, 128, 3] loaded into "[?, 128, 0]")
+            empty = ops.multiply(batch, ops.constant(np.array([0], dtype=np.int64)))
+            dims += [ops.constant(np.array([d.get_length()], dtype=np.int64)) if d.is_static else empty
                      for d in list(shape)[1:]]
             zeros = ops.broadcast(ops.constant(np.array(0, dtype=element.to_dtype())), ops.concat(dims, 0))
             state = read_value(zeros, variable).output(0)
