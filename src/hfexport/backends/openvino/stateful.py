@@ -46,8 +46,8 @@ def _settled_shape(taken: Any, traced: list | None) -> Any:
     static. The frontend can leave such a dimension dynamic (Jamba's recurrent state ``[?, ?, ?]`` where the trace
     says ``[batch, 128, 16]``), and the initial value below starts every dynamic dimension other than the batch empty,
     as a growing cache's length does: an initial ``[batch, 0, 0]`` recurrent state then fails the plugin's shape
-    check against the ``[batch, 128, 16]`` it is multiplied with (Jamba, Bamba, Granite-MoE-Hybrid, Kimi-Linear,
-    Bailing-Hybrid)."""
+    check against the ``[batch, 128, 16]`` it is multiplied with (Jamba, Kimi-Linear, Bailing-Hybrid; Bamba and
+    Granite-MoE-Hybrid then stop at their chunked scan's reshape)."""
     import openvino as ov
 
     if traced is None or taken.rank.is_dynamic or taken.rank.get_length() != len(traced):
