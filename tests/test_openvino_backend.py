@@ -259,6 +259,35 @@ def test_a_min_and_max_of_sizes_the_ranges_leave_open_convert_and_match_eager_on
         assert got.shape == want.shape and (got - want).abs().max() < 1e-5, n
 
 
+class _Chunks(torch.nn.Module):
+    """Mamba-2's chunked scan in small: the length padded to whole chunks of 8, split into chunks (``-1``), and an
+    einsum over them, whose decomposition sizes its views with the chunk count ``-((-n) // 8)``."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        pad = (8 - x.size(1) % 8) % 8
+        keys = torch.nn.functional.pad(x, (0, 0, 0, pad)).reshape(x.size(0), -1, 8, 4)
+        values = torch.nn.functional.pad(x[..., :3] * 2, (0, 0, 0, pad)).reshape(x.size(0), -1, 8, 3)
+        return torch.einsum("bcln,bclp->bcpn", keys, values)
+
+
+def test_a_ceil_division_of_sizes_converts_with_python_floor_semantics(monkeypatch):
+    """The frontend's integer floordiv truncates: ``(-3) // 8`` gave 0 chunks and the CPU plugin's Reshape refused the
+    pattern (workaround openvino-negative-floordiv, checked below by switching its rewrite off)."""
+    from hfexport.workarounds import openvino_negative_floordiv
+
+    x = torch.randn(2, 12, 4)  # two chunks when traced (one chunk would let the einsum's views assume one)
+    exported = OpenVINOExporter().export(_Chunks(), {"x": x}, OpenVINOConfig(dynamic=True))
+    for n in (3, 8, 9, 12, 17, 30):  # one to four chunks, whole and padded
+        x = torch.randn(2, n, 4)
+        got, want = exported(x=x), _Chunks()(x)
+        assert got.shape == want.shape and (got - want).abs().max() < 1e-5, n
+
+    monkeypatch.setattr(openvino_negative_floordiv, "ceil_divisions_as_positive", lambda program: 0)
+    unfixed = OpenVINOExporter().export(_Chunks(), {"x": torch.randn(2, 12, 4)}, OpenVINOConfig(dynamic=True))
+    with pytest.raises(RuntimeError, match="conflicts with the reshape pattern"):
+        unfixed(x=torch.randn(2, 3, 4))
+
+
 def test_a_hybrid_recurrent_state_loads_into_its_variables_and_generates_like_eager():
     """Jamba's recurrent state is ``[batch, 128, 16]`` as traced and ``[?, ?, ?]`` as converted: its variable
     started empty (``[batch, 0, 0]``) failed the CPU plugin's shape check at compile time, and its conv state's

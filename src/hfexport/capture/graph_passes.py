@@ -8,7 +8,8 @@ from typing import Any
 
 import torch
 
-__all__ = ["drop_tensor_checks", "fold_split_cat", "program_graphs", "rewrite_nodes", "traced", "resolve_sym_min_max"]
+__all__ = ["drop_tensor_checks", "fold_split_cat", "program_graphs", "rewrite_nodes", "traced", "resolve_sym_min_max",
+           "size_range"]
 
 
 def drop_tensor_checks(program: torch.export.ExportedProgram) -> int:
@@ -152,18 +153,22 @@ def _resolve_min_max(graph: torch.fx.Graph, node: torch.fx.Node) -> bool:
 
 
 def _larger(a: int | torch.SymInt, b: int | torch.SymInt) -> int | None:
-    """0 if ``a >= b`` over the whole of the shape ranges, 1 if ``b >= a``, ``None`` if the ranges leave it open.
-    Bounded from the ranges themselves (``bound_sympy``), not the shape environment's cached answers, which predate
-    the bounds a lowering gives afterwards (ExecuTorch's caps)."""
-    from torch.utils._sympy.value_ranges import bound_sympy
-
-    difference = a - b
-    if isinstance(difference, int):
-        return 0 if difference >= 0 else 1
-    node = difference.node
-    ranges = bound_sympy(node.expr, node.shape_env.var_to_range)
-    if ranges.lower >= 0:
+    """0 if ``a >= b`` over the whole of the shape ranges, 1 if ``b >= a``, ``None`` if the ranges leave it open."""
+    lower, upper = size_range(a - b)
+    if lower >= 0:
         return 0
-    if ranges.upper <= 0:
+    if upper <= 0:
         return 1
     return None
+
+
+def size_range(value: int | torch.SymInt) -> tuple[Any, Any]:
+    """The lowest and highest value of a size expression over the program's shape ranges (sympy numbers, possibly
+    infinite). Bounded from the ranges themselves (``bound_sympy``), not the shape environment's cached answers, which
+    predate the bounds a lowering gives afterwards (ExecuTorch's caps)."""
+    from torch.utils._sympy.value_ranges import bound_sympy
+
+    if isinstance(value, int):
+        return value, value
+    ranges = bound_sympy(value.node.expr, value.node.shape_env.var_to_range)
+    return ranges.lower, ranges.upper

@@ -170,7 +170,9 @@ BUILTIN_MODULES = tuple(f"hfexport.workarounds.{name}" for name in (
     "executorch_conv3d_patches", "onnx_masked_scatter",
     "onnx_full_dtype", "executorch_sort_topk", "models.placeholder_check", "models.dbrx",
     "onnx_mul_scalar", "onnx_squeeze_dims", "onnx_scalar_first", "onnx_no_op_tolerance",
-    "executorch_sym_min_max", "openvino_symbolic_ints", "executorch_bucketize", "models.gemma3n", "executorch_transposed_views", "openvino_global_avg_pool", "openvino_sdpa_gqa", "openvino_unfold",
+    "executorch_sym_min_max", "openvino_symbolic_ints", "executorch_bucketize", "models.gemma3n",
+    "executorch_transposed_views", "openvino_global_avg_pool", "openvino_sdpa_gqa", "openvino_unfold",
+    "openvino_negative_floordiv",
 ))
 
 
