@@ -9,7 +9,7 @@ from typing import Any
 import torch
 
 __all__ = ["drop_tensor_checks", "fold_split_cat", "program_graphs", "rewrite_nodes", "traced", "resolve_sym_min_max",
-           "size_range"]
+           "size_range", "call_with_value"]
 
 
 def drop_tensor_checks(program: torch.export.ExportedProgram) -> int:
@@ -121,6 +121,14 @@ def rewrite_nodes(program: Any, rewrite: Callable[[torch.fx.Graph, torch.fx.Node
             module.recompile()
         count += changed
     return count
+
+
+def call_with_value(graph: torch.fx.Graph, target: Any, args: tuple, value: Any) -> torch.fx.Node:
+    """A new ``call_function`` node of ``target(*args)`` at the graph's insertion point, its ``meta["val"]`` set to
+    ``value`` (the size arithmetic the backends' workarounds write)."""
+    node = graph.call_function(target, args)
+    node.meta["val"] = value
+    return node
 
 
 def traced(arg: Any) -> Any:

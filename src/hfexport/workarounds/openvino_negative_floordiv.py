@@ -35,7 +35,7 @@ def ceil_divisions_as_positive(program: Any) -> int:
 def _positive_numerator(graph: Any, node: Any) -> bool:
     import torch
 
-    from ..capture.graph_passes import size_range, traced
+    from ..capture.graph_passes import call_with_value as call, size_range, traced
 
     if node.target is not operator.floordiv or len(node.args) != 2:
         return False
@@ -44,16 +44,11 @@ def _positive_numerator(graph: Any, node: Any) -> bool:
     if not isinstance(k, int) or k <= 0 or not isinstance(value, torch.SymInt) or size_range(value)[1] > 0:
         return False
 
-    def call(op: Any, args: tuple, traced_value: Any) -> Any:
-        new = graph.call_function(op, args)
-        new.meta["val"] = traced_value
-        return new
-
     with graph.inserting_before(node):
-        flipped = call(operator.neg, (a,), -value)
-        shifted = call(operator.add, (flipped, k - 1), -value + k - 1)
-        quotient = call(operator.floordiv, (shifted, k), (-value + k - 1) // k)
-        result = call(operator.neg, (quotient,), node.meta.get("val"))
+        flipped = call(graph, operator.neg, (a,), -value)
+        shifted = call(graph, operator.add, (flipped, k - 1), -value + k - 1)
+        quotient = call(graph, operator.floordiv, (shifted, k), (-value + k - 1) // k)
+        result = call(graph, operator.neg, (quotient,), node.meta.get("val"))
     node.replace_all_uses_with(result)
     graph.erase_node(node)
     return True

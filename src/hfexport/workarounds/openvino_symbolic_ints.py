@@ -18,6 +18,7 @@ division would). Drop it once the frontend converts them (openvino 2026.3 does n
 from __future__ import annotations
 
 import operator
+from functools import partial
 from typing import Any
 
 from .openvino_convert import rewrite_program_before_convert
@@ -36,20 +37,18 @@ def sym_mod_as_floordiv(program: Any) -> int:
 def _mod_as_floordiv(graph: Any, node: Any) -> bool:
     import torch
 
-    from ..capture.graph_passes import traced
+    from ..capture.graph_passes import call_with_value, traced
 
     if node.target is not operator.mod or len(node.args) != 2:
         return False
     a, b = node.args
     if not all(isinstance(traced(x), (int, torch.SymInt)) for x in (a, b)):
         return False
+    call = partial(call_with_value, graph)
     with graph.inserting_before(node):
-        quotient = graph.call_function(operator.floordiv, (a, b))
-        quotient.meta["val"] = traced(a) // traced(b)
-        whole = graph.call_function(operator.mul, (quotient, b))
-        whole.meta["val"] = quotient.meta["val"] * traced(b)
-        rest = graph.call_function(operator.sub, (a, whole))
-        rest.meta["val"] = node.meta.get("val")
+        quotient = call(operator.floordiv, (a, b), traced(a) // traced(b))
+        whole = call(operator.mul, (quotient, b), quotient.meta["val"] * traced(b))
+        rest = call(operator.sub, (a, whole), node.meta.get("val"))
     node.replace_all_uses_with(rest)
     graph.erase_node(node)
     return True
@@ -62,7 +61,7 @@ _FAR = 2**22
 def _min_max_as_arithmetic(graph: Any, node: Any) -> bool:
     import torch
 
-    from ..capture.graph_passes import traced
+    from ..capture.graph_passes import call_with_value, traced
 
     if node.target not in (torch.sym_min, torch.sym_max) or len(node.args) != 2:
         return False
@@ -70,11 +69,7 @@ def _min_max_as_arithmetic(graph: Any, node: Any) -> bool:
     va, vb = traced(a), traced(b)
     if not all(isinstance(v, (int, torch.SymInt)) for v in (va, vb)):
         return False
-
-    def call(op: Any, args: tuple, value: Any) -> Any:
-        new = graph.call_function(op, args)
-        new.meta["val"] = value
-        return new
+    call = partial(call_with_value, graph)
 
     with graph.inserting_before(node):
         gap = call(operator.sub, (b, a), vb - va)
