@@ -10,8 +10,8 @@ Granite-MoE-Hybrid, Nemotron-H prefill). The frontend writes those size nodes it
 expressions), so the rewrite runs on the program that call returns, while ``convert_model`` runs: where the shape
 ranges say the numerator ``a`` is never positive and the divisor ``k`` is a positive constant, ``a // k`` becomes
 ``-((-a + k - 1) // k)``, the same integer with a numerator the frontend divides right. A numerator whose sign the
-ranges leave open is kept. Drop it once the frontend floors integer division (openvino 2026.3 does not:
-src/frontends/pytorch/src/op/floordiv.cpp truncates for integer types).
+ranges leave open is kept. Drop it once the frontend floors integer division (openvino 2026.3.1 does not, measured
+here: its translation of ``operator.floordiv`` gave 0 for ``(-3) // 8``; the file upstream was not read).
 """
 
 from __future__ import annotations
