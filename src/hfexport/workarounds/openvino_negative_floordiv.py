@@ -17,6 +17,7 @@ here: its translation of ``operator.floordiv`` gave 0 for ``(-3) // 8``; the fil
 from __future__ import annotations
 
 import operator
+from functools import partial
 from typing import Any
 
 from .registry import Undo, patch_attribute, workaround
@@ -35,7 +36,7 @@ def ceil_divisions_as_positive(program: Any) -> int:
 def _positive_numerator(graph: Any, node: Any) -> bool:
     import torch
 
-    from ..capture.graph_passes import call_with_value as call, size_range, traced
+    from ..capture.graph_passes import call_with_value, size_range, traced
 
     if node.target is not operator.floordiv or len(node.args) != 2:
         return False
@@ -43,12 +44,12 @@ def _positive_numerator(graph: Any, node: Any) -> bool:
     value = traced(a)
     if not isinstance(k, int) or k <= 0 or not isinstance(value, torch.SymInt) or size_range(value)[1] > 0:
         return False
-
+    call = partial(call_with_value, graph)
     with graph.inserting_before(node):
-        flipped = call(graph, operator.neg, (a,), -value)
-        shifted = call(graph, operator.add, (flipped, k - 1), -value + k - 1)
-        quotient = call(graph, operator.floordiv, (shifted, k), (-value + k - 1) // k)
-        result = call(graph, operator.neg, (quotient,), node.meta.get("val"))
+        flipped = call(operator.neg, (a,), -value)
+        shifted = call(operator.add, (flipped, k - 1), flipped.meta["val"] + k - 1)
+        quotient = call(operator.floordiv, (shifted, k), shifted.meta["val"] // k)
+        result = call(operator.neg, (quotient,), node.meta.get("val"))
     node.replace_all_uses_with(result)
     graph.erase_node(node)
     return True

@@ -70,13 +70,12 @@ def _min_max_as_arithmetic(graph: Any, node: Any) -> bool:
     if not all(isinstance(v, (int, torch.SymInt)) for v in (va, vb)):
         return False
     call = partial(call_with_value, graph)
-
     with graph.inserting_before(node):
         gap = call(operator.sub, (b, a), vb - va)
-        shifted = call(operator.add, (gap, _FAR - 1), vb - va + _FAR - 1)
-        below = call(operator.floordiv, (shifted, _FAR), (vb - va + _FAR - 1) // _FAR)
+        shifted = call(operator.add, (gap, _FAR - 1), gap.meta["val"] + _FAR - 1)
+        below = call(operator.floordiv, (shifted, _FAR), shifted.meta["val"] // _FAR)
         difference = call(operator.sub, (a, b), va - vb)
-        step = call(operator.mul, (difference, below), (va - vb) * ((vb - va + _FAR - 1) // _FAR))
+        step = call(operator.mul, (difference, below), difference.meta["val"] * below.meta["val"])
         result = call(operator.add, (b, step), torch.sym_min(va, vb))
         if node.target is torch.sym_max:
             total = call(operator.add, (a, b), va + vb)

@@ -75,6 +75,9 @@ def make_stateful(model: Any, metadata: ExportMetadata) -> dict[str, str]:
     model.add_parameters([beam_idx])
     zero = ops.constant(np.int64(0))
     batch = ops.unsqueeze(ops.gather(ops.shape_of(beam_idx, ov.Type.i64), zero, zero), zero)
+    # an empty dimension as batch * 0, not a constant 0: a constant would fold into a state fixed at size 0, which
+    # then refuses the caller's cache (a conv state [batch, 128, 3] loaded into "[?, 128, 0]")
+    empty = ops.multiply(batch, ops.constant(np.array([0], dtype=np.int64)))
     results = {name: r for r in model.get_results() for name in r.output(0).get_names()}
     traced = {s.name: s.shape for s in metadata.inputs}
     for name, out in pairs.items():
@@ -97,9 +100,6 @@ def make_stateful(model: Any, metadata: ExportMetadata) -> dict[str, str]:
             # (a batch axis that torch.export fixed, as it does for a batch-1 sample, stays that fixed size)
             first = shape[0]
             dims = [ops.constant(np.array([first.get_length()], dtype=np.int64)) if first.is_static else batch]
-            # an empty dimension as batch * 0, not a constant 0: a constant would fold into a state fixed at size
-            # 0, which then refuses the caller's cache (a conv state [batch, 128, 3] loaded into "[?, 128, 0]")
-            empty = ops.multiply(batch, ops.constant(np.array([0], dtype=np.int64)))
             dims += [ops.constant(np.array([d.get_length()], dtype=np.int64)) if d.is_static else empty
                      for d in list(shape)[1:]]
             zeros = ops.broadcast(ops.constant(np.array(0, dtype=element.to_dtype())), ops.concat(dims, 0))
