@@ -282,6 +282,27 @@ def test_image_text_models_get_one_image_and_as_many_placeholder_tokens_as_image
         assert model(**inputs).logits.shape == (2, 22, 256)
 
 
+@pytest.mark.parametrize("model_type, class_name, tokens", [
+    # 32 frames -> 16 after the stride-2 convolution -> 8 after the pooling by 2 (Audio Flamingo 3, Qwen2-Audio), 4
+    # after GLM-ASR's merge of 4
+    ("audioflamingo3", "AudioFlamingo3ForConditionalGeneration", 8),
+    ("qwen2_audio", "Qwen2AudioForConditionalGeneration", 8),  # not the legacy prompt of one token it expands itself
+    ("glmasr", "GlmAsrForConditionalGeneration", 4),
+])
+def test_audio_text_models_get_one_clip_and_as_many_audio_tokens_as_audio_features(model_type, class_name, tokens):
+    import torch
+
+    model = build_model(model_type, class_name)
+    inputs = sample_inputs(model, model_type, for_generation=True)
+    token = getattr(model.config, "audio_token_id", None) or model.config.audio_token_index
+    assert inputs["input_features"].shape[0] == 2
+    assert (inputs["input_ids"] == token).sum(-1).tolist() == [tokens, tokens]
+    with torch.no_grad():
+        with_audio = model(**inputs).logits[:, -1]
+        silent = model(**{**inputs, "input_features": torch.zeros_like(inputs["input_features"])}).logits[:, -1]
+    assert (with_audio - silent).abs().max() > 1e-3  # the clip reaches the text model's output
+
+
 def test_an_encoder_decoder_without_a_start_token_starts_from_pad_like_t5_so_eager_generate_runs():
     import torch
 

@@ -1,11 +1,13 @@
-"""Audio-text-to-text prompts through ``ExportedModel.generate``: a tiny Qwen2-Audio and a tiny Voxtral, their audio
-tower, projector and language model exported as parts, the audio features merged over the prompt's audio tokens as
-each model's forward merges them (Qwen2-Audio: padded clips masked in the tower, each clip's real frames kept;
-Voxtral: every clip whole, frames stacked by four, clip after clip), token for token against eager
-``model.generate``. Each prompt is first checked to change eager's tokens against the same text without the audio.
+"""Audio-text-to-text prompts through ``ExportedModel.generate``: a tiny Qwen2-Audio, Voxtral, Audio Flamingo 3, GLM-ASR
+and MOSS Transcribe Diarize, their audio tower, projector and language model exported as parts, the audio features
+merged over the prompt's audio tokens as each model's forward merges them (Qwen2-Audio: padded clips masked in the
+tower, each clip's real frames kept; Voxtral: every clip whole, frames stacked by four, clip after clip; the other
+three: a padded clip keeps the positions its real frames make), token for token against eager ``model.generate``. Each prompt is first checked to change eager's tokens against the same text without the audio.
 """
 
 from __future__ import annotations
+
+import inspect
 
 import pytest
 import torch
@@ -43,11 +45,11 @@ def test_audio_prompt_generates_like_eager(model, backend, prompt):
     _assert_like_eager(model, _exported(model, backend), qwen2_audio_inputs(PROMPTS[prompt], seed=1))
 
 
-def _assert_like_eager(model, exported, inputs):
+def _assert_like_eager(model, exported, inputs, audio_id=AUDIO_ID):
     start = inputs["input_ids"].shape[1]
     with torch.no_grad():
         want = model.generate(**inputs, max_new_tokens=NEW, do_sample=False)
-        plain = model.generate(input_ids=inputs["input_ids"].masked_fill(inputs["input_ids"] == AUDIO_ID, 5),
+        plain = model.generate(input_ids=inputs["input_ids"].masked_fill(inputs["input_ids"] == audio_id, 5),
                                attention_mask=inputs["attention_mask"], max_new_tokens=NEW, do_sample=False)
     assert not torch.equal(want[:, start:], plain[:, start:]), "the audio does not change eager's tokens"
     assert "audio_encoder" in exported.components
@@ -84,3 +86,49 @@ def test_voxtral_refuses_an_audio_mask_as_eager_does(voxtral_model):
         voxtral_model.generate(**inputs, max_new_tokens=2)
     with pytest.raises(UnsupportedError, match="feature_attention_mask is not used by Voxtral"):
         _voxtral_exported(voxtral_model, "dynamo").generate(**inputs, max_new_tokens=2)
+
+
+# --- the audio LLMs whose glue follows their get_audio_features: tiny configs from the matrix's shrinking rules ---
+# (family, class, real frames of row 0's clip; row 1's clip is whole)
+MASKED_FAMILIES = {"audioflamingo3": "AudioFlamingo3ForConditionalGeneration",
+                   "glmasr": "GlmAsrForConditionalGeneration",
+                   "moss_transcribe_diarize": "MossTranscribeDiarizeForConditionalGeneration"}
+
+
+def _masked_clip_inputs(model, short, seed):
+    """A left-padded batch of two clips, row 0's with only ``short`` real frames, each clip's audio tokens (as many as
+    eager ``get_audio_features`` gives for that clip alone) after two text tokens, then ``3 + row`` text tokens."""
+    config = model.config
+    gen = torch.Generator().manual_seed(seed)
+    mel = config.audio_config.num_mel_bins
+    frames = 32
+    features = torch.randn(2, mel, frames, generator=gen)
+    mask = torch.ones(2, frames, dtype=torch.long)
+    mask[0, short:] = 0
+    features = features * mask[:, None, :]  # the feature extractor pads with silence
+    # (MOSS's base model names a padding_mask of raw-audio samples it does not read)
+    extra = {"padding_mask": None} if "padding_mask" in inspect.signature(model.model.get_audio_features).parameters \
+        else {}
+    rows = []
+    for r in range(2):
+        with torch.no_grad():
+            count = model.model.get_audio_features(input_features=features[r:r + 1], input_features_mask=mask[r:r + 1],
+                                                   **extra).pooler_output.shape[0]
+        text = torch.randint(3, 200, (5 + r,), generator=gen).tolist()
+        rows.append(text[:2] + [config.audio_token_id] * count + text[2:])
+    width = max(map(len, rows))
+    ids = torch.tensor([[0] * (width - len(s)) + s for s in rows])
+    attention = torch.tensor([[0] * (width - len(s)) + [1] * len(s) for s in rows])
+    return {"input_ids": ids, "attention_mask": attention, "input_features": features, "input_features_mask": mask}
+
+
+@pytest.mark.parametrize("family", list(MASKED_FAMILIES))
+def test_a_padded_clip_keeps_its_real_frames_like_eager(family):
+    from hfexport.tools.matrix.shrink import build_model
+
+    model = build_model(family, MASKED_FAMILIES[family])
+    inputs = _masked_clip_inputs(model, short=12, seed=1)
+    counts = (inputs["input_ids"] == model.config.audio_token_id).sum(-1).tolist()
+    assert counts[0] < counts[1], counts  # the padded clip gives fewer features: the lengths are exercised
+    exported = _exported(model, "dynamo", _masked_clip_inputs(model, short=20, seed=2))
+    _assert_like_eager(model, exported, inputs, model.config.audio_token_id)

@@ -10,6 +10,15 @@ Each model type's glue is what its forward does around the tower (:data:`AUDIO_G
   rows of ``input_features``) is encoded whole, with no mask; the tower's output is regrouped into rows of the audio
   config's ``intermediate_size`` (consecutive frames stacked), projected, and all of them, clip after clip, are
   scattered over the audio tokens.
+- Audio Flamingo 3 (``AudioFlamingo3Model.get_audio_features``): the tower takes the features and their
+  ``input_features_mask`` (it builds its own attention mask from it), the projector maps every frame, and each clip
+  keeps as many as Qwen2-Audio's formula gives for its real frames (its ``_get_feat_extract_output_lengths``).
+- GLM-ASR (``GlmAsrModel.get_audio_features``): the tower takes the features alone; its frames are regrouped into
+  rows of the audio config's ``intermediate_size`` per clip, projected, and each clip keeps the positions its real
+  frames make through the two convolutions (kernel 3, strides 1 and 2) and the merge of 4.
+- MOSS Transcribe Diarize (``MossTranscribeDiarizeModel.get_audio_features``): the tower takes the features alone;
+  each chunk keeps its real frames after the stride-2 convolution, rounded up to whole merges of
+  ``audio_merge_size`` frames; those are concatenated in groups of ``audio_merge_size`` and projected.
 """
 
 from __future__ import annotations
@@ -67,8 +76,68 @@ def _voxtral(config: Any, encoder: Any, project: Callable | None, input_ids: tor
     return merge_image_features(input_ids, embeds, projected, int(config.audio_token_id), "audio")
 
 
+def _real_frames(inputs: dict, features: torch.Tensor) -> torch.Tensor:
+    """Each clip's real input frames: the sum of its ``input_features_mask`` row, the whole clip without one."""
+    mask = inputs.get("input_features_mask")
+    if mask is None:
+        return torch.full((features.shape[0],), features.shape[-1], device=features.device)
+    return mask.sum(-1).to(torch.long)
+
+
+def _hidden(output: Any) -> torch.Tensor:
+    return output.last_hidden_state if hasattr(output, "last_hidden_state") else output[0]
+
+
+def _first(features: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+    """The first ``lengths[i]`` positions of each clip ``features[i]``, clip after clip: ``[sum(lengths), width]``."""
+    keep = torch.arange(features.shape[1], device=features.device)[None, :] < lengths.to(features.device)[:, None]
+    return features[keep]
+
+
+def _audioflamingo3(config: Any, encoder: Any, project: Callable | None, input_ids: torch.Tensor,
+                    embeds: torch.Tensor, inputs: dict) -> torch.Tensor:
+    features = inputs["input_features"]
+    frames = _real_frames(inputs, features)
+    call = {"input_features": features}
+    if encoder.feeds("input_features_mask"):  # (the tower masks its attention from it)
+        mask = inputs.get("input_features_mask")
+        call["input_features_mask"] = mask if mask is not None else torch.ones(*features.shape[::2], dtype=torch.long)
+    hidden = _hidden(encoder.runner(**call))
+    projected = project(hidden) if project is not None else hidden
+    lengths = ((frames - 1) // 2 + 1 - 2) // 2 + 1
+    return merge_image_features(input_ids, embeds, _first(projected, lengths), int(config.audio_token_id), "audio")
+
+
+def _glmasr(config: Any, encoder: Any, project: Callable | None, input_ids: torch.Tensor, embeds: torch.Tensor,
+            inputs: dict) -> torch.Tensor:
+    features = inputs["input_features"]
+    lengths = _real_frames(inputs, features)
+    hidden = _hidden(encoder.runner(input_features=features))
+    grouped = hidden.reshape(features.shape[0], -1, config.audio_config.intermediate_size)
+    projected = project(grouped) if project is not None else grouped
+    for padding, kernel, stride in ((1, 3, 1), (1, 3, 2)):
+        lengths = (lengths + 2 * padding - (kernel - 1) - 1) // stride + 1
+    lengths = (lengths - 4) // 4 + 1
+    return merge_image_features(input_ids, embeds, _first(projected, lengths), int(config.audio_token_id), "audio")
+
+
+def _moss_transcribe_diarize(config: Any, encoder: Any, project: Callable | None, input_ids: torch.Tensor,
+                             embeds: torch.Tensor, inputs: dict) -> torch.Tensor:
+    features = inputs["input_features"]
+    merge = int(config.audio_merge_size)
+    conv = (_real_frames(inputs, features) - 1) // 2 + 1
+    hidden = _hidden(encoder.runner(input_features=features))
+    kept = _first(hidden, (conv + merge - 1) // merge * merge)
+    grouped = kept.reshape(-1, merge * kept.shape[-1])
+    projected = project(grouped) if project is not None else grouped
+    return merge_image_features(input_ids, embeds, projected, int(config.audio_token_id), "audio")
+
+
 #: model_type -> ``fn(config, encoder component, projector or None, input_ids, embeds, inputs)`` -> merged embeds
-AUDIO_GLUE: dict[str, Callable[..., torch.Tensor]] = {"qwen2_audio": _qwen2_audio, "voxtral": _voxtral}
+AUDIO_GLUE: dict[str, Callable[..., torch.Tensor]] = {
+    "qwen2_audio": _qwen2_audio, "voxtral": _voxtral, "audioflamingo3": _audioflamingo3, "glmasr": _glmasr,
+    "moss_transcribe_diarize": _moss_transcribe_diarize,
+}
 
 
 def merge_audio(config: Any, encoder: Any, project: Callable | None, input_ids: torch.Tensor, embeds: torch.Tensor,

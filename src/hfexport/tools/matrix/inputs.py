@@ -4,7 +4,8 @@ Text: ``input_ids`` ``[2, seq]`` with row 0 left-padded by two positions and its
 models also get ``decoder_input_ids`` starting with their decoder start token (not for generation, which starts
 the decoder itself). Images: ``pixel_values`` ``[2, channels, size, size]`` at the config's image size. Audio:
 ``input_features`` ``[2, mel_bins, 2 * max_source_positions]`` (Whisper layout) or ``[2, frames, features]``, and
-raw ``input_values`` ``[2, 1600]``. Image-text-to-text models get one image per row with as many image tokens as their
+raw ``input_values`` ``[2, 1600]``; audio-text-to-text models get one clip per row and its audio tokens (the
+count ``get_audio_features`` gives, else the one the forward accepts). Image-text-to-text models get one image per row with as many image tokens as their
 vision tower makes features (wrapped in the family's image start and end tokens where it has them, with the
 processor's ``mm_token_type_ids`` where the forward takes them), where its ``get_image_features`` takes pixels (with
 their sizes, a second tower's pixels, a pixel mask), flattened patches and a ``grid_thw`` (Qwen-VL-like) or NaFlex
@@ -209,17 +210,54 @@ def _image_kwargs(model: Any, features: Any, gen: torch.Generator, batch: int) -
             yield {"pixel_values": pixels, **extra, "pixel_attention_mask": mask}
 
 
-def _image_block(config: Any, token: int, count: int) -> list[list[int]]:
-    """The placeholder ids of one image: ``count`` image tokens, then the same wrapped in the family's start and end
-    tokens where the config names them (Qwen-VL's ``vision_start_token_id``, GLM-4V's ``image_start_token_id``:
-    the rope index finds images by them)."""
+_IMAGE_BRACKETS = (("vision_start_token_id", "vision_end_token_id"), ("image_start_token_id", "image_end_token_id"),
+                   ("boi_token_id", "eoi_token_id"))
+_AUDIO_BRACKETS = (("audio_bos_token_id", "audio_eos_token_id"), ("audio_start_token_id", "audio_end_token_id"),
+                   ("boa_token_id", "eoa_token_id"))
+
+
+def _placeholder_blocks(config: Any, token: int, count: int, brackets: tuple[tuple[str, str], ...]) -> list[list[int]]:
+    """The placeholder ids of one image or clip: ``count`` media tokens, then the same wrapped in the family's start
+    and end tokens where the config names them (Qwen-VL's ``vision_start_token_id``, GLM-4V's
+    ``image_start_token_id``, Music Flamingo's ``audio_bos_token_id``: the rope index finds media by them)."""
     blocks = [[token] * count]
-    for start, end in (("vision_start_token_id", "vision_end_token_id"), ("image_start_token_id", "image_end_token_id"),
-                       ("boi_token_id", "eoi_token_id")):
+    for start, end in brackets:
         first, last = getattr(config, start, None), getattr(config, end, None)
         if isinstance(first, int) and isinstance(last, int):
             blocks.insert(0, [first, *blocks[-1], last])
     return blocks
+
+
+def _token(config: Any, *names: str) -> int | None:
+    """The first of ``names`` the config sets to an id."""
+    for name in names:
+        value = getattr(config, name, None)
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+    return None
+
+
+def _placed(text: dict[str, torch.Tensor], block: list[int]) -> dict[str, torch.Tensor]:
+    """``text`` with ``block`` inserted in each row right after its left padding (the mask grown to match)."""
+    ids, mask = text["input_ids"], text.get("attention_mask", torch.ones_like(text["input_ids"]))
+    rows, masks = [], []
+    for row, row_mask in zip(ids, mask, strict=True):
+        n_pad = int((row_mask == 0).sum())
+        rows.append(torch.cat([row[:n_pad], torch.tensor(block, dtype=row.dtype), row[n_pad:]]))
+        masks.append(torch.cat([row_mask[:n_pad], torch.ones(len(block), dtype=row_mask.dtype), row_mask[n_pad:]]))
+    out = {"input_ids": torch.stack(rows)}
+    if "attention_mask" in text:
+        out["attention_mask"] = torch.stack(masks)
+    return out
+
+
+def _runs(model: Any, candidate: dict[str, Any]) -> bool:
+    try:
+        with torch.no_grad():
+            model(**candidate)
+    except Exception:  # noqa: BLE001 - the eager forward refuses this layout or count
+        return False
+    return True
 
 
 def _with_image(model: Any, gen: torch.Generator, batch: int, text: dict[str, torch.Tensor]) -> dict[str, Any]:
@@ -228,11 +266,10 @@ def _with_image(model: Any, gen: torch.Generator, batch: int, text: dict[str, to
     text alone (``{}``) when the model needs more than that or takes no plain image-token id: the eager forward
     decides."""
     config = model.config
-    token = getattr(config, "image_token_id", None)
-    token = getattr(config, "image_token_index", None) if token is None else token
+    token = _token(config, "image_token_id", "image_token_index")
     # (a head class without it, ModernVBERT's masked LM: its base model's)
     features = getattr(model, "get_image_features", None) or getattr(model.base_model, "get_image_features", None)
-    if not isinstance(token, int) or features is None:
+    if token is None or features is None:
         return {}
     hidden = config.get_text_config(decoder=True).hidden_size
     params = inspect.signature(model.forward).parameters
@@ -242,26 +279,71 @@ def _with_image(model: Any, gen: torch.Generator, batch: int, text: dict[str, to
                 per_image = _feature_count(features(**extra)) // (batch * hidden)
         except Exception:  # noqa: BLE001 - not this layout: the next one
             continue
-        for block in _image_block(config, token, per_image):
-            ids, mask = text["input_ids"], text.get("attention_mask", torch.ones_like(text["input_ids"]))
-            rows, masks = [], []
-            for row, row_mask in zip(ids, mask, strict=True):
-                n_pad = int((row_mask == 0).sum())
-                placeholder = torch.tensor(block, dtype=row.dtype)
-                rows.append(torch.cat([row[:n_pad], placeholder, row[n_pad:]]))
-                masks.append(torch.cat([row_mask[:n_pad], torch.ones(len(block), dtype=row_mask.dtype),
-                                        row_mask[n_pad:]]))
-            candidate = {"input_ids": torch.stack(rows), **extra}
-            if "attention_mask" in text:
-                candidate["attention_mask"] = torch.stack(masks)
+        for block in _placeholder_blocks(config, token, per_image, _IMAGE_BRACKETS):
+            candidate = {**_placed(text, block), **extra}
             if "mm_token_type_ids" in params:  # (the processor's: 1 on image tokens; Qwen3-VL's M-RoPE reads it)
                 candidate["mm_token_type_ids"] = (candidate["input_ids"] == token).long()
-            try:
-                with torch.no_grad():
-                    model(**candidate)
-            except Exception:  # noqa: BLE001 - this family needs more than pixels + tokens: next layout, or text only
-                continue
-            return candidate
+            if _runs(model, candidate):  # else this family needs more than pixels + tokens: next layout, or text only
+                return candidate
+    return {}
+
+
+_AUDIO_MASKS = ("input_features_mask", "feature_attention_mask")
+_MAX_AUDIO_TOKENS = 64
+
+
+def _audio_kwargs(model: Any, gen: torch.Generator, batch: int, params: Any) -> Iterator[dict[str, Any]]:
+    """One clip per row: ``input_features`` (:func:`_features`) as they are and transposed, each with its mask of
+    ones over the frames where the forward takes one (``input_features_mask``, Qwen2-Audio's
+    ``feature_attention_mask``), then without."""
+    mel = _find(model.config, "num_mel_bins")
+    names = [n for n in _AUDIO_MASKS if n in params]
+    clips = [_features(model, gen, batch)]
+    window = _find(model.config, "n_window")  # a tower that reads whole windows of 2 * n_window frames (Qwen3-ASR)
+    if isinstance(mel, int) and isinstance(window, int) and 0 < window <= 512:
+        clips.append(torch.randn(batch, mel, 2 * window, generator=gen))
+    for features in chain.from_iterable(feature_layouts(c) for c in clips):
+        frames = features.shape[1] if mel == features.shape[-1] else features.shape[-1]
+        if names:
+            yield {"input_features": features, **dict.fromkeys(names, torch.ones(batch, frames, dtype=torch.long))}
+        yield {"input_features": features}
+
+
+def _audio_counts(model: Any, extra: dict[str, Any], batch: int) -> Iterator[int]:
+    """How many audio tokens a row's clip may take: what ``get_audio_features`` gives per row, where the model has
+    one that runs on ``extra``, else every count up to :data:`_MAX_AUDIO_TOKENS` (the forward's own check of tokens
+    against features decides: Qwen2-Audio has no ``get_audio_features``; one token last, as its legacy prompt of one
+    token per clip, which the model expands itself, is not what its processor writes)."""
+    features = getattr(model, "get_audio_features", None) or getattr(model.base_model, "get_audio_features", None)
+    if features is not None:
+        hidden = model.config.get_text_config(decoder=True).hidden_size
+        try:
+            with torch.no_grad():
+                count = _feature_count(features(**extra)) // (batch * hidden)
+        except Exception:  # noqa: BLE001 - it wants more than the features: count by trying
+            count = 0
+        if count:
+            yield count
+            return
+    yield from (*range(2, _MAX_AUDIO_TOKENS + 1), 1)
+
+
+def _with_audio(model: Any, gen: torch.Generator, batch: int, text: dict[str, torch.Tensor]) -> dict[str, Any]:
+    """One clip per row (:func:`_audio_kwargs`) and its audio tokens (wrapped in the family's start and end tokens
+    where it has them) right after each row's left padding, as the audio-text-to-text processors lay out a prompt
+    (Audio Flamingo 3, GLM-ASR, Qwen2-Audio, Qwen3-ASR). ``{}`` (the text alone) where the config names no audio
+    token or no layout and count runs in eager."""
+    config = model.config
+    token = _token(config, "audio_token_id", "audio_token_index")
+    params = inspect.signature(model.forward).parameters
+    if token is None or "input_features" not in params:
+        return {}
+    for extra in _audio_kwargs(model, gen, batch, params):
+        for count in _audio_counts(model, extra, batch):
+            for block in _placeholder_blocks(config, token, count, _AUDIO_BRACKETS):
+                candidate = {**_placed(text, block), **extra}
+                if _runs(model, candidate):
+                    return candidate
     return {}
 
 
@@ -311,6 +393,8 @@ def sample_inputs(model: Any, model_type: str, batch: int = 2, seq: int = 6,
         out[alias] = out.pop(main)  # inference_session)
     if main == "input_ids" and "pixel_values" in params and model.can_generate():  # image-text-to-text
         out.update(_with_image(model, gen, batch, out))
+    elif main == "input_ids" and "input_features" in params and model.can_generate():  # audio-text-to-text
+        out.update(_with_audio(model, gen, batch, out))
     elif main == "input_ids" and "pixel_values" in params and not model.can_generate():  # CLIP-like dual encoders
         # (or an encoder over text with image tokens: ModernVBERT)
         out.update(_with_image(model, gen, batch, out) or {"pixel_values": _pixels(model, gen, batch)})

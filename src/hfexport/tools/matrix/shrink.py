@@ -172,7 +172,11 @@ OVERRIDES: dict[str, dict[str, Any]] = {
     "mamba2": {"num_heads": 8, "n_groups": 1, "tie_word_embeddings": False},  # heads x head_dim = expand x hidden
     "whisper": {"init_std": 0.2, "tie_word_embeddings": False, "decoder_start_token_id": 3, "pad_token_id": 0,
                 "bos_token_id": 1, "eos_token_id": 2},  # Whisper's own ids are one id for all three
-    "gemma3": {"mm_tokens_per_image": 4},  # 16 patches of 32-pixel images pooled 2 x 2
+    "gemma3": {"mm_tokens_per_image": 4},
+    "voxtral": {"audio_token_id": 255},
+    "qwen3_asr": {"audio_config": {"output_dim": HIDDEN}},  # the projection into the text model's width
+    # at the default 0.02 its tiny decoder repeats one token whatever the prompt: no test of the audio merge
+    "moss_transcribe_diarize": {"initializer_range": 0.2, "text_config": {"initializer_range": 0.2}},  # its config leaves the audio token to the processor's tokenizer  # 16 patches of 32-pixel images pooled 2 x 2
     "esm": {"pad_token_id": 1},  # its padding mask compares ids with it (None by default)
     "esmc": {"num_key_value_heads": HEADS},  # its validator refuses grouped-query attention
     # its conformer attention does not run grouped (4 heads over 2 key/value heads fail at run time)
