@@ -222,6 +222,12 @@ def test_models_the_matrix_could_not_build_or_feed_before_run_eagerly(model_type
     # an image-text model over a NaFlex tower: one image a row as patches, their mask and grid (4 tokens)
     ("lfm2_vl", "Lfm2VlForConditionalGeneration", {"input_ids": (2, 10), "attention_mask": (2, 10),
      "pixel_values": (2, 16, 192), "pixel_attention_mask": (2, 16), "spatial_shapes": (2, 2)}),
+    # the grid's tower takes each image's merge size too, from the forward's image_merge_sizes (VideoLLaMA 3)
+    ("video_llama_3", "VideoLlama3ForConditionalGeneration", {"input_ids": (2, 10), "attention_mask": (2, 10),
+     "pixel_values": (8, 192), "image_grid_thw": (2, 3), "image_merge_sizes": (2,)}),
+    # a tower whose width after its pixel shuffle feeds the projector (the shrink overrides keep them agreeing)
+    ("muse_spark", "MuseSparkForConditionalGeneration", {"input_ids": (2, 10), "attention_mask": (2, 10),
+     "pixel_values": (32, 384), "image_grid_thw": (2, 3)}),
 ])
 def test_image_text_models_whose_tower_takes_a_grid_or_patches_get_an_image(model_type, class_name, shapes):
     """They got text only before (generate: no-inputs, issue 22). The image must reach the logits: other pixels,

@@ -34,7 +34,7 @@ __all__ = [
 ]
 
 #: Encoder kwarg -> the generate() input it is fed from, where the names differ.
-ENCODER_INPUT_ALIASES = {"hidden_states": "pixel_values", "grid_thw": "image_grid_thw"}
+ENCODER_INPUT_ALIASES = {"hidden_states": "pixel_values", "grid_thw": "image_grid_thw", "merge_sizes": "image_merge_sizes"}
 
 
 def placeholder_token_id(config: Any, modality: str) -> int:
@@ -140,10 +140,17 @@ def _internvl_pixel_shuffle(config: Any, features: torch.Tensor) -> torch.Tensor
     return shuffled.reshape(batch, -1, shuffled.shape[-1])
 
 
+def _flat_tokens(config: Any, features: torch.Tensor) -> torch.Tensor:
+    """Llama 4's forward between its vision model and projector: every image's tokens in one ``[tokens, width]``
+    (``image_features.view(-1, image_features.size(-1))``)."""
+    return features.reshape(-1, features.shape[-1])
+
+
 #: model_type -> ``fn(config, features)``: what the model's ``get_image_features`` does to the selected vision
 #: feature before its projector, weight-free
 BEFORE_PROJECTOR: dict[str, Callable[[Any, torch.Tensor], torch.Tensor]] = {
     "internvl": _internvl_pixel_shuffle,
+    "llama4": _flat_tokens,
 }
 
 

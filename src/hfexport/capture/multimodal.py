@@ -49,7 +49,7 @@ __all__ = [
 
 MODALITIES = ("image", "audio")
 #: Attribute names a projector is found under (on the model or its base model), in the spec's order.
-PROJECTOR_NAMES = ("multi_modal_projector", "connector", "aligner", "embed_vision", "embed_audio")
+PROJECTOR_NAMES = ("multi_modal_projector", "connector", "aligner", "embed_vision", "embed_audio", "projector")
 #: generate() inputs the modality encoders are fed from (directly or through the glue)
 MODALITY_INPUTS = ("pixel_values", "image_grid_thw", "image_sizes", "input_features", "feature_attention_mask",
                     "input_features_mask", "pixel_values_videos", "video_grid_thw")

@@ -76,8 +76,11 @@ def generate_multimodal(exported: Any, plan: Any, inputs: dict) -> Any:
     call = text.kwargs(lm, 0, prompt_len, lm.initial_cache(batch, input_ids.device))
     _use_model_masks(exported, lm, call, embeds, mask2d, inputs)
     lm_out = lm.runner(inputs_embeds=embeds, **call, **deepstack)
-    hidden = lm_out.last_hidden_state if hasattr(lm_out, "last_hidden_state") else lm_out[0]
-    logits = _run(head, {_only_key(head): hidden[:, -1:, :]})
+    if hasattr(lm_out, "logits") and not hasattr(lm_out, "last_hidden_state"):
+        logits = lm_out.logits[:, -1:, :]  # a language model with its own head (Llama 4's is a ForCausalLM)
+    else:
+        hidden = lm_out.last_hidden_state if hasattr(lm_out, "last_hidden_state") else lm_out[0]
+        logits = _run(head, {_only_key(head): hidden[:, -1:, :]})
     # token types the decode graph reads (Gemma3's are a constant None after the prompt)
     type_ids = {k: inputs.get(k) for k in _TOKEN_TYPES if decode.metadata.kind_of(k) is KwargKind.TENSOR}
     # modality inputs generate() passes at every step, which the decode graph was traced with (Qwen2-Audio's

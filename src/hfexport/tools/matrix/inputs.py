@@ -171,8 +171,9 @@ def _with_boxes(inputs: dict[str, Any], gen: torch.Generator) -> Iterator[dict[s
 def _feature_count(features: Any) -> int:
     if isinstance(features, torch.Tensor):
         return features.numel()
-    if hasattr(features, "pooler_output") and isinstance(features.pooler_output, (torch.Tensor, list, tuple)):
-        return _feature_count(features.pooler_output)
+    for name in ("pooler_output", "last_hidden_state"):  # (Llama 4's tower leaves its pooler output None)
+        if isinstance(getattr(features, name, None), (torch.Tensor, list, tuple)):
+            return _feature_count(getattr(features, name))
     if isinstance(features, (list, tuple)):
         return sum(_feature_count(f) for f in features if isinstance(f, (torch.Tensor, list, tuple)))
     raise TypeError(f"image features of type {type(features).__name__}")
@@ -185,8 +186,10 @@ def _image_kwargs(model: Any, features: Any, gen: torch.Generator, batch: int) -
     (Qwen-VL-like towers)."""
     config = model.config
     params = inspect.signature(features).parameters
-    if any(k in params for k in GRID_KEYS):
-        yield from grid_candidates(getattr(config, "vision_config", None) or config, gen, batch, params)
+    if any(k in params for k in GRID_KEYS):  # (with what the forward takes beside the grid: a get_image_features
+        # that passes its kwargs on may need them, VideoLLaMA 3's image_merge_sizes)
+        both = {**inspect.signature(model.forward).parameters, **params}
+        yield from grid_candidates(getattr(config, "vision_config", None) or config, gen, batch, both)
         return
     images = _pixels(model, gen, batch)
     if "spatial_shapes" in params:  # a NaFlex tower (LFM2-VL's SigLIP 2): one image per row, cut into patches
@@ -208,6 +211,9 @@ def _image_kwargs(model: Any, features: Any, gen: torch.Generator, batch: int) -
         if "pixel_attention_mask" in params:  # then with its mask, where the tower needs one (Idefics3-like)
             mask = torch.ones(*pixels.shape[:-3], *pixels.shape[-2:], dtype=torch.long)
             yield {"pixel_values": pixels, **extra, "pixel_attention_mask": mask}
+            if pixels.dim() == 5:  # (or a mask of the real tiles, Granite Docling's)
+                tiles = torch.ones(*pixels.shape[:2], dtype=torch.bool)
+                yield {"pixel_values": pixels, **extra, "pixel_attention_mask": tiles}
 
 
 _IMAGE_BRACKETS = (("vision_start_token_id", "vision_end_token_id"), ("image_start_token_id", "image_end_token_id"),

@@ -174,6 +174,13 @@ OVERRIDES: dict[str, dict[str, Any]] = {
                 "bos_token_id": 1, "eos_token_id": 2},  # Whisper's own ids are one id for all three
     "gemma3": {"mm_tokens_per_image": 4},
     "voxtral": {"audio_token_id": 255},
+    # the vision adapter's input is the tower's width after its pixel shuffle (by 2 x 2 here: 4 x 64), its output
+    # the projector's input
+    "llama4": {"vision_config": {"intermediate_size": 4 * HIDDEN, "projector_input_dim": HIDDEN,
+                                 "projector_output_dim": HIDDEN, "vision_output_dim": HIDDEN}},
+    "aria": {"projector_patch_to_query_dict": {16: 4}},  # 16 patches of a 32-pixel image -> 4 query tokens
+    "muse_spark": {"out_hidden_size": 4 * HIDDEN, "projector_hidden_size": HIDDEN},
+    "muse_glimmer": {"out_hidden_size": 4 * HIDDEN, "projector_hidden_size": HIDDEN},
     "qwen3_asr": {"audio_config": {"output_dim": HIDDEN}},  # the projection into the text model's width
     # at the default 0.02 its tiny decoder repeats one token whatever the prompt: no test of the audio merge
     "moss_transcribe_diarize": {"initializer_range": 0.2, "text_config": {"initializer_range": 0.2}},  # its config leaves the audio token to the processor's tokenizer  # 16 patches of 32-pixel images pooled 2 x 2
