@@ -359,3 +359,21 @@ def test_a_1d_convolution_over_a_dynamic_batch_and_length_stays_outside_xnnpack_
         x = torch.randn(*shape)
         with torch.no_grad():
             assert (exported(input=x) - conv(x)).abs().max() < 1e-5
+
+
+class _SplitHalves(torch.nn.Module):
+    """GPT-2's q/k/v split in small: one split_with_sizes (a single Tensor[] return) over a dynamic batch."""
+
+    def forward(self, x):
+        first, second = x.split([2, 2], dim=-1)
+        return (first * second).reshape(-1, 1) + x.view(-1, 1)[: first.numel()]
+
+
+def test_a_split_over_the_dynamic_batch_keeps_the_batch_dynamic():
+    """The edge verifier took len() of the split's first tensor and pinned the batch to the traced 2 without
+    executorch-list-return-guard (GPT-2's decode then failed: "_ViewSpec is incompatible with its base")."""
+    exported = ExecutorchExporter().export(_SplitHalves(), {"x": torch.randn(2, 4)}, ExecutorchConfig(dynamic=True))
+    assert "executorch-list-return-guard" in exported.components["model"].metadata.workarounds
+    for batch in (2, 3, 5):
+        x = torch.randn(batch, 4)
+        assert torch.allclose(exported(x=x), _SplitHalves()(x), atol=1e-6)
