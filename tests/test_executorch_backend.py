@@ -361,6 +361,21 @@ def test_a_1d_convolution_over_a_dynamic_batch_and_length_stays_outside_xnnpack_
             assert (exported(input=x) - conv(x)).abs().max() < 1e-5
 
 
+def test_a_batch_norm_over_a_dynamic_batch_and_length_stays_outside_xnnpack_which_cannot_reshape_it():
+    """A conformer convolution module's BatchNorm1d (Parakeet, Canary, Cohere ASR): XNNPACK decomposes it into a 1-D
+    convolution, and "XNNPACK reshape only supports 1 dynamic dimension" without
+    executorch-xnnpack-batchnorm1d-dynamic."""
+    norm = torch.nn.Sequential(torch.nn.GELU(), torch.nn.BatchNorm1d(4)).eval()
+    with torch.no_grad():  # statistics that make the norm do something
+        norm[1].running_mean.uniform_(-1, 1)
+        norm[1].running_var.uniform_(0.5, 2)
+    exported = ExecutorchExporter().export(norm, {"input": torch.randn(2, 4, 16)}, ExecutorchConfig(dynamic=True))
+    assert "executorch-xnnpack-batchnorm1d-dynamic" in exported.components["model"].metadata.workarounds
+    for shape in ((2, 4, 16), (3, 4, 21)):
+        x = torch.randn(*shape)
+        with torch.no_grad():
+            assert (exported(input=x) - norm(x)).abs().max() < 1e-5
+
 class _SplitHalves(torch.nn.Module):
     """GPT-2's q/k/v split in small: one split_with_sizes (a single Tensor[] return) over a dynamic batch."""
 

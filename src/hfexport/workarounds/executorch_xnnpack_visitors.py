@@ -18,6 +18,10 @@ issue known; drop one once its config and visitor agree.
   one between an ``unsqueeze`` and a ``squeeze`` its own pass inserts (``Conv1dUnsqueezePass``), past the unsqueeze
   config's check: with batch and frames both dynamic the same "XNNPACK reshape only supports 1 dynamic dimension"
   (the audio encoders' convolutional front ends: Moonshine, Speech2Text, SpeechT5, Parakeet, Canary, Cohere ASR).
+- ``executorch-xnnpack-batchnorm1d-dynamic``: ``BatchNormConfig`` takes a ``BatchNorm1d`` it cannot fuse into a
+  delegated convolution, which its ``DecomposeBatchNorm`` pass rewrites as a 1-D convolution, lowered as above: the
+  same error for the conformer convolution module's norm (Parakeet, Canary, Cohere ASR) once the convolution before
+  it stays outside by the previous workaround.
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ __all__ = ["max_dim_visitor_accepts", "reshape_visitor_accepts", "conv1d_visitor
 
 _MODULE = "executorch.backends.xnnpack.partition.config"
 _GEMM = "executorch.backends.xnnpack.partition.config.gemm_configs"
+_NODE = "executorch.backends.xnnpack.partition.config.node_configs"
 
 
 def max_dim_visitor_accepts(node: Any) -> bool:
@@ -55,8 +60,8 @@ def reshape_visitor_accepts(node: Any) -> bool:
 
 
 def conv1d_visitor_accepts(node: Any) -> bool:
-    """Whether XNNPACK lowers ``node`` (a convolution) without a reshape of two dynamic dims: a 2-D or 3-D
-    convolution, or a 1-D one whose input has at most one symbolic dim."""
+    """Whether XNNPACK lowers ``node`` (a convolution, or a batch norm it makes one) without a reshape of two dynamic
+    dims: a 2-D or 3-D convolution, or a 1-D one whose input has at most one symbolic dim."""
     source = node.args[0] if node.args else None
     value = source.meta.get("val") if hasattr(source, "meta") else None
     if value is None or value.dim() != 3:
@@ -90,6 +95,9 @@ for _id, _config, _accepts, _breaks, _module in (
     ("executorch-xnnpack-conv1d-dynamic", "ConvolutionConfig", conv1d_visitor_accepts,
      "a 1-D convolution over a batch and frames both dynamic is delegated, then XNNPACK's lowering of the unsqueeze "
      "its own pass puts around it raises 'XNNPACK reshape only supports 1 dynamic dimension'", _GEMM),
+    ("executorch-xnnpack-batchnorm1d-dynamic", "BatchNormConfig", conv1d_visitor_accepts,
+     "a BatchNorm1d over a batch and frames both dynamic is delegated and decomposed into a 1-D convolution, then "
+     "XNNPACK's lowering raises 'XNNPACK reshape only supports 1 dynamic dimension'", _NODE),
 ):
     register_workaround(Workaround(
         id=_id,
