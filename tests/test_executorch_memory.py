@@ -74,6 +74,41 @@ def test_a_plan_larger_than_the_available_memory_is_refused_before_loading(saved
     assert out.shape == (1, 6, 64)
 
 
+def test_running_out_of_memory_while_the_runtime_loads_the_program_is_a_typed_error(monkeypatch):
+    """The pybinding's loader can allocate a method's plan itself (a tiny Mamba's 25.8 GB prefill of the O(L^2) scan
+    raised std::bad_alloc from load_program, before the plan was checked)."""
+    from executorch.runtime import Runtime
+
+    exported = _export(256)
+    planned = memory.planned_bytes(exported.program, "forward")
+
+    def bad_alloc(self, *args, **kwargs):
+        raise MemoryError("std::bad_alloc")
+
+    monkeypatch.setattr(Runtime, "load_program", bad_alloc)
+    with pytest.raises(UnsupportedError, match="ran out of memory") as info:
+        exported(x=torch.randn(1, 6, 8))
+    assert f"'forward' plans {planned / 2**20:.2f} MiB" in str(info.value) and "Dim('seq', max=" in str(info.value)
+    assert isinstance(info.value.__cause__, MemoryError)
+
+
+def test_a_mamba_prefill_plans_its_scan_in_chunks_not_its_length_squared():
+    """The selective scan's closed form (workaround mamba-symbolic-scan) held [batch, d, L, L, n] weights: planned at
+    ExecuTorch's bounds (batch 8 x 512 steps) the matrix's tiny Mamba prefill took 25.8 GB and failed to load."""
+    from hfexport.tools.matrix.inputs import sample_inputs
+    from hfexport.tools.matrix.shrink import build_model
+
+    model = build_model("mamba", "MambaForCausalLM")
+    inputs = sample_inputs(model, "mamba")
+    exported = ExecutorchExporter().export(model, inputs, ExecutorchConfig(dynamic=True))
+    assert "mamba-symbolic-scan" in exported.components["model"].metadata.workarounds
+    assert memory.planned_bytes(exported.program, "forward") < 2**30  # (0.94 GB at those bounds)
+    longer = sample_inputs(model, "mamba", seq=40)  # past two chunks of the scan
+    with torch.no_grad():
+        want = model(**longer).logits
+    assert (exported(**longer).logits - want).abs().max() <= 1e-3
+
+
 def test_a_plan_that_fits_loads(saved, monkeypatch):
     _, folder, model = saved
     planned = memory.planned_bytes(ExportedModel.from_pretrained(folder).program, "forward")

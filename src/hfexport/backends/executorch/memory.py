@@ -17,7 +17,7 @@ from typing import Any
 
 from ...errors import UnsupportedError
 
-__all__ = ["planned_bytes", "available_bytes", "check_planned_memory"]
+__all__ = ["planned_bytes", "available_bytes", "check_planned_memory", "out_of_memory_at_load"]
 
 _PLAN_BUFFER_SIZES = 8  # ExecutionPlan.non_const_buffer_sizes (schema/program.fbs); index 0 is reserved
 
@@ -97,3 +97,15 @@ def check_planned_memory(program: Any, loaded: Any, method: str, input_names: li
         "1: Dim('seq', max=1024)}, ...}, a smaller max_cache_len, or a prefill that keeps only the last position's "
         "logits; or free memory (HFEXPORT_SKIP_MEMORY_CHECK=1 loads anyway)"
     )
+
+
+def out_of_memory_at_load(program: Any) -> str:
+    """What to say when the runtime ran out of memory loading ``program`` (``std::bad_alloc``): the plan of its
+    ``forward`` where it can be read, the memory available, and how to plan less."""
+    planned, available = planned_bytes(program, "forward"), available_bytes()
+    sizes = (f": its 'forward' plans {_size(planned)} of activation memory" if planned else "") + (
+        f" and this machine has {_size(available)} available" if available is not None else "")
+    return (f"the ExecuTorch runtime ran out of memory (std::bad_alloc) loading the program{sizes}. ExecuTorch plans "
+            "every tensor at its dynamic dims' upper bounds: re-export with smaller bounds, e.g. "
+            "dynamic_shapes={'input_ids': {0: Dim('batch', max=2), 1: Dim('seq', max=1024)}, ...}, or a smaller "
+            "max_cache_len")

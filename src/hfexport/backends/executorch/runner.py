@@ -39,7 +39,7 @@ from ...metadata import ExportMetadata, IORole, LeafRole
 from ...runner import ModelRunner, torch_single_thread
 from .custom_sdpa import register_llama_kernels
 from .targets import DELEGATES as _DELEGATES
-from .memory import check_planned_memory
+from .memory import check_planned_memory, out_of_memory_at_load
 
 __all__ = ["ExecutorchRunner", "program_lock", "runtime_program", "torch_single_thread"]
 
@@ -61,7 +61,10 @@ def runtime_program(program: Any) -> Any:
     with _LOAD_LOCK:
         loaded = getattr(program, "_hfexport_runtime_program", None)
         if loaded is None:
-            loaded = Runtime.get().load_program(program.buffer, data_path=temporary_data(program))
+            try:
+                loaded = Runtime.get().load_program(program.buffer, data_path=temporary_data(program))
+            except MemoryError as e:  # (the pybinding's loader can allocate a method's plan before check_planned_memory)
+                raise UnsupportedError(out_of_memory_at_load(program)) from e
             program._hfexport_runtime_program = loaded
     return loaded
 
