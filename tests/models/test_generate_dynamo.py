@@ -290,3 +290,23 @@ def test_longcat_flash_generates_like_eager():
         expected = model.generate(**copy.deepcopy(prompt), generation_config=gen, max_new_tokens=12, min_new_tokens=12)
     got = exported.generate(**prompt, max_new_tokens=12, min_new_tokens=12)
     assert torch.equal(got, expected), (got, expected)
+
+
+def test_an_encoder_decoder_with_sliding_window_layers_generates_past_the_captured_cache_length():
+    """T5Gemma's decoder alternates sliding and full layers: generate() builds sliding cache layers whose length is
+    a Python int, which the trace baked into the decode graph ('self_attention_cache.layers.0.keys ... dim 2 is
+    static at 2'). The capture now hands generate a cache whose layers are all full, as for decoder-only models."""
+    from hfexport.tools.matrix.inputs import sample_inputs
+    from hfexport.tools.matrix.shrink import build_model
+
+    model = build_model("t5gemma", "T5GemmaForConditionalGeneration")
+    assert "sliding_attention" in model.config.get_text_config(decoder=True).layer_types
+    exported = DynamoExporter().export_for_generation(model, sample_inputs(model, "t5gemma", seq=6, for_generation=True),
+                                                      DynamoConfig(dynamic=True))
+    decode = exported.components["decode"].metadata
+    sliding = next(s for s in decode.inputs if s.name == "past_key_values.self_attention_cache.layers.0.keys")
+    assert isinstance(sliding.shape[2], str), sliding.shape  # the cache length stays symbolic
+    inputs = sample_inputs(model, "t5gemma", seq=9, for_generation=True)
+    with torch.no_grad():
+        want = model.generate(**inputs, max_new_tokens=12, do_sample=False)
+    assert torch.equal(exported.generate(**inputs, max_new_tokens=12), want)

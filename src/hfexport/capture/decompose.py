@@ -70,7 +70,7 @@ def _build_cache(model: torch.nn.Module, generation_config: Any, batch: int, pro
 
     config = model.config
     if getattr(config, "is_encoder_decoder", False):
-        return None
+        return _encoder_decoder_cache(config, generation_config)
     if "past_key_values" not in inspect.signature(model.forward).parameters:
         return None  # e.g. Mamba's cache_params: generate builds it, and it has no sliding layers
     if generation_config.cache_implementation == "static":
@@ -86,6 +86,20 @@ def _build_cache(model: torch.nn.Module, generation_config: Any, batch: int, pro
             "(the default) or 'static'"
         )
     return full_attention_cache(DynamicCache(config=config))
+
+
+def _encoder_decoder_cache(config: Any, generation_config: Any) -> Any:
+    """The dynamic ``EncoderDecoderCache`` ``generate`` would build for a decoder with sliding-window layers
+    (T5Gemma), those layers made full; ``None`` (``generate`` builds it) for the others. A sliding layer keeps its
+    length in a Python int (``cumulative_length``), which the trace bakes in: the decode graph's self-attention
+    cache was pinned to the capture's length."""
+    from transformers import DynamicCache, EncoderDecoderCache
+
+    text = config.get_text_config(decoder=True)
+    kinds = getattr(text, "layer_types", None) or ()
+    if generation_config.cache_implementation not in (None, "dynamic") or not any("sliding" in k for k in kinds):
+        return None
+    return full_attention_cache(EncoderDecoderCache(DynamicCache(config=text), DynamicCache(config=text)))
 
 
 def merge_decode_calls(first: Mapping[str, Any], second: Mapping[str, Any]) -> dict[str, Any]:
