@@ -1,24 +1,24 @@
 """Seeded sample inputs for a tiny model, chosen by its ``main_input_name`` and its forward signature.
 
 Text: ``input_ids`` ``[2, seq]`` with row 0 left-padded by two positions and its ``attention_mask``; encoder-decoder
-models also get ``decoder_input_ids`` starting with their decoder start token (not for generation, which starts
-the decoder itself). Images: ``pixel_values`` ``[2, channels, size, size]`` at the config's image size. Audio:
-``input_features`` ``[2, mel_bins, 2 * max_source_positions]`` (Whisper layout) or ``[2, frames, features]``, and
-raw ``input_values`` ``[2, 1600]``; audio-text-to-text models get one clip per row and its audio tokens (the
-count ``get_audio_features`` gives, else the one the forward accepts). Image-text-to-text models get one image per row with as many image tokens as their
-vision tower makes features (wrapped in the family's image start and end tokens where it has them, with the
-processor's ``mm_token_type_ids`` where the forward takes them), where its ``get_image_features`` takes pixels (with
-their sizes, a second tower's pixels, a pixel mask), flattened patches and a ``grid_thw`` (Qwen-VL-like) or NaFlex
-patches, and an image-token id is all they need (else text only); families
-with a hand-written tiny case (:data:`hfexport.tools.matrix.shrink.FROM_TINY_CASES`) use its inputs. Vision towers
-that take patches and a ``grid_thw``, videos, mono audio and transposed features: :mod:`.media` tries the other
-layouts of a tensor until the model runs on one; a required media input of a text-first class is added. Images of a
-windowed (Swin-like) tower are large enough for a whole window at its last stage; larger sides are tried where 32
-pixels are too few. Layout models (a ``bbox`` parameter) get one ordered box per token. Time series (``past_values``):
-:mod:`.series`. Hidden-state inputs (``inputs_embeds``, ``query_embeds``, ``latents``) get ``[2, seq, width]`` for
-a width of the config; NaFlex towers (``spatial_shapes``, ``pixel_position_ids``) patches; a codebook decoder one
-row per codebook; a codec audio of 16 frames at its total stride; a media ``main_input_name`` the forward does not
-take goes to its one missing required input.
+models also get ``decoder_input_ids`` starting with their decoder start token (not for generation, which starts the
+decoder itself). Images: ``pixel_values`` ``[2, channels, size, size]`` at the config's image size. Audio:
+``input_features`` ``[2, mel_bins, 2 * max_source_positions]`` (Whisper layout) or ``[2, frames, features]``, and raw
+``input_values`` ``[2, 1600]``; audio-text-to-text models get one clip per row and its audio tokens (the count
+``get_audio_features`` gives, else the one the forward accepts). Image-text-to-text models get one image per row with
+as many image tokens as their vision tower makes features (wrapped in the family's image start and end tokens where it
+has them, with the processor's ``mm_token_type_ids`` where the forward takes them), where its ``get_image_features``
+takes pixels (with their sizes, a second tower's pixels, a pixel mask), flattened patches and a ``grid_thw``
+(Qwen-VL-like) or NaFlex patches, and an image-token id is all they need (else text only); families with a
+hand-written tiny case (:data:`hfexport.tools.matrix.shrink.FROM_TINY_CASES`) use its inputs. Vision towers that take
+patches and a ``grid_thw``, videos, mono audio and transposed features: :mod:`.media` tries the other layouts of a
+tensor until the model runs on one; a required media input of a text-first class is added. Images of a windowed
+(Swin-like) tower are large enough for a whole window at its last stage; larger sides are tried where 32 pixels are
+too few. Layout models (a ``bbox`` parameter) get one ordered box per token. Time series (``past_values``):
+:mod:`.series`. Hidden-state inputs (``inputs_embeds``, ``query_embeds``, ``latents``) get ``[2, seq, width]`` for a
+width of the config; NaFlex towers (``spatial_shapes``, ``pixel_position_ids``) patches; a codebook decoder one row
+per codebook; a codec audio of 16 frames at its total stride; a media ``main_input_name`` the forward does not take
+goes to its one missing required input.
 """
 
 from __future__ import annotations

@@ -23,9 +23,9 @@ sliding layers keeps a full-attention one. They are not applied on the first try
 every config that builds with the plain rules stays as it was. The worker also retries, with these rules, a model
 that builds but does not run eagerly on its sample inputs (``build_model(..., fit=True)``).
 
-:data:`OVERRIDES` (:mod:`.overrides`) holds what the rules cannot guess for a family; :data:`FROM_TINY_CASES`
-names the families whose hand-written tiny model (``hfexport.testing.tiny``) is used instead, because their sample inputs must agree with the
-config (image placeholders, grids).
+:data:`OVERRIDES` (:mod:`.overrides`) holds what the rules cannot guess for a family; :data:`FROM_TINY_CASES` names
+the families whose hand-written tiny model (``hfexport.testing.tiny``) is used instead, because their sample inputs
+must agree with the config (image placeholders, grids).
 
 Example:
     >>> config = tiny_config("llama")
