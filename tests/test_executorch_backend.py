@@ -392,3 +392,24 @@ def test_a_split_over_the_dynamic_batch_keeps_the_batch_dynamic():
     for batch in (2, 3, 5):
         x = torch.randn(batch, 4)
         assert torch.allclose(exported(x=x), _SplitHalves()(x), atol=1e-6)
+
+
+class _CheckedCount(torch.nn.Module):
+    """A runtime assert on a data-dependent size: torch._check(n != 0) traces as torch.sym_not of a comparison."""
+
+    def forward(self, x, count):
+        n = count.item()
+        torch._check(n != 0)
+        torch._check(n <= x.shape[0])
+        return x * n
+
+
+def test_a_runtime_assert_on_a_data_dependent_size_lowers_with_the_prim_ops_executorch_maps_it_to():
+    """A bare AssertionError from the edge verifier (torch.sym_not is a Python function) without
+    executorch-python-sym-ops (Idefics3, GLM-5-Next, ModernVBERT got no further)."""
+    exported = ExecutorchExporter().export(_CheckedCount(), {"x": torch.randn(4, 3), "count": torch.tensor(2)},
+                                           ExecutorchConfig(dynamic=True))
+    assert "executorch-python-sym-ops" in exported.components["model"].metadata.workarounds
+    x = torch.randn(4, 3)
+    for count in (1, 3):
+        assert torch.allclose(exported(x=x, count=torch.tensor(count)), x * count)

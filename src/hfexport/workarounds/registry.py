@@ -172,7 +172,7 @@ BUILTIN_MODULES = tuple(f"hfexport.workarounds.{name}" for name in (
     "onnx_mul_scalar", "onnx_squeeze_dims", "onnx_scalar_first", "onnx_no_op_tolerance",
     "executorch_sym_min_max", "openvino_symbolic_ints", "executorch_bucketize", "models.gemma3n",
     "executorch_transposed_views", "openvino_global_avg_pool", "openvino_sdpa_gqa", "openvino_unfold",
-    "openvino_negative_floordiv", "executorch_list_return_guard",
+    "openvino_negative_floordiv", "executorch_list_return_guard", "executorch_python_sym_ops",
 ))
 
 
