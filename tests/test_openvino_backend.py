@@ -412,3 +412,29 @@ def test_projections_reading_one_activation_are_one_product_with_the_unmerged_re
 def _bytes_of(exported) -> int:
     directory = _saved(exported)
     return (directory / "openvino_model.bin").stat().st_size
+
+
+class _EndOfImage(torch.nn.Module):
+    """T5Gemma 2's encoder in small: one learned embedding written over every placeholder token by a boolean mask."""
+
+    def __init__(self):
+        super().__init__()
+        self.embed = torch.nn.Embedding(10, 4)
+        self.end_of_image = torch.nn.Parameter(torch.randn(4))
+
+    def forward(self, ids):
+        x = self.embed(ids)
+        x[ids == 3] = self.end_of_image.to(x.dtype)
+        return x * 2
+
+
+def test_a_boolean_mask_fill_converts_as_a_where():
+    """"cannot convert SequenceMark, aten.index_put.default" without openvino-mask-fill."""
+    torch.manual_seed(0)
+    model = _EndOfImage().eval()
+    exported = OpenVINOExporter().export(model, {"ids": torch.tensor([[1, 3, 5, 3], [3, 2, 2, 1]])},
+                                         OpenVINOConfig(dynamic=True))
+    assert "openvino-mask-fill" in exported.components["model"].metadata.workarounds
+    for ids in (torch.tensor([[3, 3, 1], [4, 4, 4], [1, 2, 3]]), torch.tensor([[5, 6, 7, 8, 9]])):
+        with torch.no_grad():
+            assert torch.allclose(exported(ids=ids), model(ids), atol=1e-6)

@@ -1,0 +1,78 @@
+"""OpenVINO: an ``aten.index_put`` by a boolean mask with one value for every selected row becomes a ``where``.
+
+``x[ids == token] = embedding`` (T5Gemma 2's end-of-image embedding written over its placeholder tokens) traces as
+``aten.index_put(x, [mask], embedding)``, and the PyTorch frontend has no conversion for it as ``torch.export`` emits
+it ("cannot convert SequenceMark, aten.index_put.default": the list of indices). Where the value broadcasts over the
+rows the mask selects (its rank at most ``x``'s past the mask's), the assignment is ``where(mask, value, x)``, which
+this wraps ``openvino.convert_model`` to write instead; other ``index_put`` calls are left as they are. Seen with
+openvino 2026.3.1; no upstream issue known; drop it once the frontend converts a boolean ``index_put``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .openvino_convert import rewrite_program_before_convert
+from .registry import workaround
+
+__all__ = ["mask_fill_as_where", "decompose_mask_fills"]
+
+
+def mask_fill_as_where(self: Any, indices: Any, values: Any, accumulate: bool = False) -> Any:
+    """``self.index_put(indices, values)`` for one boolean mask and a value that broadcasts over the selected rows."""
+    import torch
+
+    mask = indices[0]
+    mask = mask.reshape(*mask.shape, *([1] * (self.dim() - mask.dim())))
+    return torch.where(mask, values.to(self.dtype), self)
+
+
+def _index_puts() -> tuple[Any, ...]:
+    import torch
+
+    return torch.ops.aten.index_put.default, torch.ops.aten.index_put_.default
+
+
+def _value(node: Any) -> Any:
+    return node.meta.get("val") if hasattr(node, "meta") else None
+
+
+def _is_mask_fill(node: Any) -> bool:
+    """Whether ``node`` is an ``index_put`` :func:`mask_fill_as_where` writes exactly."""
+    import torch
+
+    if node.op != "call_function" or node.target not in _index_puts():
+        return False
+    args = list(node.args) + [node.kwargs.get("accumulate", False)] * (4 - len(node.args))
+    target, indices, values, accumulate = (_value(args[0]), args[1], _value(args[2]), args[3])
+    if accumulate or not isinstance(indices, (list, tuple)) or len(indices) != 1:
+        return False
+    mask = _value(indices[0])
+    return (isinstance(target, torch.Tensor) and isinstance(values, torch.Tensor) and isinstance(mask, torch.Tensor)
+            and mask.dtype == torch.bool and values.dim() <= target.dim() - mask.dim())
+
+
+def decompose_mask_fills(program: Any) -> Any:
+    """``program`` with its boolean-mask fills written as ``where`` (a new ``ExportedProgram``), or ``program`` itself
+    when it has none or also another kind of ``index_put`` (which the same decomposition would then miswrite)."""
+    import torch
+
+    puts = [node for module in program.graph_module.modules() if isinstance(module, torch.fx.GraphModule)
+            for node in module.graph.nodes if node.op == "call_function" and node.target in _index_puts()]
+    if not puts or not all(_is_mask_fill(node) for node in puts):
+        return program
+    # (the in-place index_put_ is functionalized into index_put first)
+    return program.run_decompositions({torch.ops.aten.index_put.default: mask_fill_as_where})
+
+
+@workaround(
+    id="openvino-mask-fill",
+    backend="openvino",
+    target="openvino.convert_model (aten.index_put of an ExportedProgram)",
+    breaks="x[mask] = value traces as aten.index_put with a list of indices, which the PyTorch frontend cannot "
+    "convert ('cannot convert SequenceMark, aten.index_put.default'): T5Gemma 2's encoder",
+    upstream=None,
+    versions={"openvino": ">=2024.0,<2027"},
+)
+def _apply(model: Any, inputs: dict):
+    return rewrite_program_before_convert(decompose_mask_fills)
