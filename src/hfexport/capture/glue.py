@@ -34,7 +34,8 @@ __all__ = [
 ]
 
 #: Encoder kwarg -> the generate() input it is fed from, where the names differ.
-ENCODER_INPUT_ALIASES = {"hidden_states": "pixel_values", "grid_thw": "image_grid_thw", "merge_sizes": "image_merge_sizes"}
+ENCODER_INPUT_ALIASES = {"hidden_states": "pixel_values", "grid_thw": "image_grid_thw",
+                         "merge_sizes": "image_merge_sizes"}
 
 
 def placeholder_token_id(config: Any, modality: str) -> int:

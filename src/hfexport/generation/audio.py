@@ -34,46 +34,10 @@ from ..errors import UnsupportedError
 __all__ = ["AUDIO_GLUE", "merge_audio"]
 
 
-def _qwen2_audio(config: Any, encoder: Any, project: Callable | None, input_ids: torch.Tensor,
-                 embeds: torch.Tensor, inputs: dict) -> torch.Tensor:
-    features = inputs["input_features"]
-    batch, _, frames = features.shape
-    real = inputs.get("feature_attention_mask")
-    lengths = real.sum(-1) if real is not None else torch.full((batch,), frames, device=features.device)
-    conv = (lengths - 1) // 2 + 1  # Qwen2AudioEncoder._get_feat_extract_output_lengths
-    out_lengths = (conv - 2) // 2 + 1
-    width = (frames - 2) // 2 + 1
-    valid = torch.arange(width, device=features.device)[None, :] < conv[:, None]
-    call = {"input_features": features}
-    if encoder.mask_kind() == "4d":
-        call["attention_mask"] = valid[:, None, None, :].expand(batch, 1, width, width)
-    elif not bool(valid.all()):
-        raise UnsupportedError(
-            "this audio clip is shorter than the audio tower's window (feature_attention_mask holds zeros), but the "
-            "exported tower takes no attention mask: its sample clip had none. Re-export with a sample whose "
-            "feature_attention_mask pads a clip, or pass full-length clips"
-        )
-    output = encoder.runner(**call)
-    hidden = output.last_hidden_state if hasattr(output, "last_hidden_state") else output[0]
-    projected = project(hidden) if project is not None else hidden
-    keep = torch.arange(projected.shape[1], device=projected.device)[None, :] < out_lengths[:, None]
-    return merge_image_features(input_ids, embeds, projected[keep], int(config.audio_token_id), "audio")
-
-
-def _voxtral(config: Any, encoder: Any, project: Callable | None, input_ids: torch.Tensor, embeds: torch.Tensor,
-             inputs: dict) -> torch.Tensor:
-    for key in ("feature_attention_mask", "input_features_mask"):
-        if inputs.get(key) is not None:
-            # VoxtralForConditionalGeneration.forward takes no audio mask: model.generate refuses it as unused
-            raise UnsupportedError(
-                f"{key} is not used by Voxtral (its tower encodes each 30 s chunk whole; the processor pads with "
-                "silence): drop it"
-            )
-    output = encoder.runner(input_features=inputs["input_features"])
-    hidden = output.last_hidden_state if hasattr(output, "last_hidden_state") else output[0]
-    grouped = hidden.reshape(-1, config.audio_config.intermediate_size)
-    projected = project(grouped) if project is not None else grouped
-    return merge_image_features(input_ids, embeds, projected, int(config.audio_token_id), "audio")
+def _pooled_lengths(frames: torch.Tensor) -> torch.Tensor:
+    """Positions a Whisper-like tower with a stride-2 convolution and a pooling by 2 makes of ``frames`` real frames
+    (``_get_feat_extract_output_lengths`` of Qwen2-Audio's and Audio Flamingo 3's towers)."""
+    return ((frames - 1) // 2 + 1 - 2) // 2 + 1
 
 
 def _real_frames(inputs: dict, features: torch.Tensor) -> torch.Tensor:
@@ -94,6 +58,45 @@ def _first(features: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
     return features[keep]
 
 
+def _qwen2_audio(config: Any, encoder: Any, project: Callable | None, input_ids: torch.Tensor,
+                 embeds: torch.Tensor, inputs: dict) -> torch.Tensor:
+    features = inputs["input_features"]
+    batch, _, frames = features.shape
+    real = inputs.get("feature_attention_mask")
+    lengths = real.sum(-1) if real is not None else torch.full((batch,), frames, device=features.device)
+    conv = (lengths - 1) // 2 + 1
+    out_lengths = _pooled_lengths(lengths)
+    width = (frames - 2) // 2 + 1
+    valid = torch.arange(width, device=features.device)[None, :] < conv[:, None]
+    call = {"input_features": features}
+    if encoder.mask_kind() == "4d":
+        call["attention_mask"] = valid[:, None, None, :].expand(batch, 1, width, width)
+    elif not bool(valid.all()):
+        raise UnsupportedError(
+            "this audio clip is shorter than the audio tower's window (feature_attention_mask holds zeros), but the "
+            "exported tower takes no attention mask: its sample clip had none. Re-export with a sample whose "
+            "feature_attention_mask pads a clip, or pass full-length clips"
+        )
+    hidden = _hidden(encoder.runner(**call))
+    projected = project(hidden) if project is not None else hidden
+    return merge_image_features(input_ids, embeds, _first(projected, out_lengths), int(config.audio_token_id), "audio")
+
+
+def _voxtral(config: Any, encoder: Any, project: Callable | None, input_ids: torch.Tensor, embeds: torch.Tensor,
+             inputs: dict) -> torch.Tensor:
+    for key in ("feature_attention_mask", "input_features_mask"):
+        if inputs.get(key) is not None:
+            # VoxtralForConditionalGeneration.forward takes no audio mask: model.generate refuses it as unused
+            raise UnsupportedError(
+                f"{key} is not used by Voxtral (its tower encodes each 30 s chunk whole; the processor pads with "
+                "silence): drop it"
+            )
+    hidden = _hidden(encoder.runner(input_features=inputs["input_features"]))
+    grouped = hidden.reshape(-1, config.audio_config.intermediate_size)
+    projected = project(grouped) if project is not None else grouped
+    return merge_image_features(input_ids, embeds, projected, int(config.audio_token_id), "audio")
+
+
 def _audioflamingo3(config: Any, encoder: Any, project: Callable | None, input_ids: torch.Tensor,
                     embeds: torch.Tensor, inputs: dict) -> torch.Tensor:
     features = inputs["input_features"]
@@ -101,11 +104,12 @@ def _audioflamingo3(config: Any, encoder: Any, project: Callable | None, input_i
     call = {"input_features": features}
     if encoder.feeds("input_features_mask"):  # (the tower masks its attention from it)
         mask = inputs.get("input_features_mask")
-        call["input_features_mask"] = mask if mask is not None else torch.ones(*features.shape[::2], dtype=torch.long)
+        batch, _, length = features.shape
+        call["input_features_mask"] = mask if mask is not None else torch.ones(batch, length, dtype=torch.long)
     hidden = _hidden(encoder.runner(**call))
     projected = project(hidden) if project is not None else hidden
-    lengths = ((frames - 1) // 2 + 1 - 2) // 2 + 1
-    return merge_image_features(input_ids, embeds, _first(projected, lengths), int(config.audio_token_id), "audio")
+    return merge_image_features(input_ids, embeds, _first(projected, _pooled_lengths(frames)),
+                                int(config.audio_token_id), "audio")
 
 
 def _glmasr(config: Any, encoder: Any, project: Callable | None, input_ids: torch.Tensor, embeds: torch.Tensor,
