@@ -110,6 +110,12 @@ def program_graphs(program: Any) -> Iterator[tuple[torch.nn.Module, torch.fx.Gra
             yield module, graph
 
 
+def calls_to(program: Any, targets: tuple[Any, ...]) -> list[torch.fx.Node]:
+    """The ``call_function`` nodes of ``targets`` in every graph of ``program`` (see :func:`program_graphs`)."""
+    return [node for _, graph in program_graphs(program) for node in graph.nodes
+            if node.op == "call_function" and node.target in targets]
+
+
 def rewrite_nodes(program: Any, rewrite: Callable[[torch.fx.Graph, torch.fx.Node], bool]) -> int:
     """Call ``rewrite(graph, node)`` on every ``call_function`` node of every graph of ``program`` (see
     :func:`program_graphs`); it changes the node in place and says whether it did. Recompiles each changed module;

@@ -33,10 +33,9 @@ def index_add_as_scatter_add(self: Any, dim: int, index: Any, source: Any, alpha
 def _has_index_add(program: Any) -> bool:
     import torch
 
-    targets = (torch.ops.aten.index_add.default, torch.ops.aten.index_add_.default)
-    return any(node.op == "call_function" and node.target in targets
-               for module in program.graph_module.modules() if isinstance(module, torch.fx.GraphModule)
-               for node in module.graph.nodes)
+    from ..capture.graph_passes import calls_to
+
+    return bool(calls_to(program, (torch.ops.aten.index_add.default, torch.ops.aten.index_add_.default)))
 
 
 def decompose_index_add(program: Any) -> Any:

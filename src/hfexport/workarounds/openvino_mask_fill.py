@@ -33,21 +33,17 @@ def _index_puts() -> tuple[Any, ...]:
     return torch.ops.aten.index_put.default, torch.ops.aten.index_put_.default
 
 
-def _value(node: Any) -> Any:
-    return node.meta.get("val") if hasattr(node, "meta") else None
-
-
 def _is_mask_fill(node: Any) -> bool:
-    """Whether ``node`` is an ``index_put`` :func:`mask_fill_as_where` writes exactly."""
+    """Whether ``node`` (an ``index_put``) is one :func:`mask_fill_as_where` writes exactly."""
     import torch
 
-    if node.op != "call_function" or node.target not in _index_puts():
-        return False
+    from ..capture.graph_passes import traced
+
     args = list(node.args) + [node.kwargs.get("accumulate", False)] * (4 - len(node.args))
-    target, indices, values, accumulate = (_value(args[0]), args[1], _value(args[2]), args[3])
+    target, indices, values, accumulate = (traced(args[0]), args[1], traced(args[2]), args[3])
     if accumulate or not isinstance(indices, (list, tuple)) or len(indices) != 1:
         return False
-    mask = _value(indices[0])
+    mask = traced(indices[0])
     return (isinstance(target, torch.Tensor) and isinstance(values, torch.Tensor) and isinstance(mask, torch.Tensor)
             and mask.dtype == torch.bool and values.dim() <= target.dim() - mask.dim())
 
@@ -57,8 +53,9 @@ def decompose_mask_fills(program: Any) -> Any:
     when it has none or also another kind of ``index_put`` (which the same decomposition would then miswrite)."""
     import torch
 
-    puts = [node for module in program.graph_module.modules() if isinstance(module, torch.fx.GraphModule)
-            for node in module.graph.nodes if node.op == "call_function" and node.target in _index_puts()]
+    from ..capture.graph_passes import calls_to
+
+    puts = calls_to(program, _index_puts())
     if not puts or not all(_is_mask_fill(node) for node in puts):
         return program
     # (the in-place index_put_ is functionalized into index_put first)
