@@ -83,6 +83,7 @@ class ModelRunner:
         self._traced_keys = [k for k, v in metadata.kwargs.items() if v.traced]
         self._flags = {k for k, v in metadata.kwargs.items() if not v.traced}
         self._constants = {k for k, v in metadata.kwargs.items() if v.kind is KwargKind.CONSTANT}
+        self._constant_lists = _constant_lists(metadata)  # (image_sizes traced as a list: hf_model.VALUE_INPUTS)
         self._tensor_inputs = list(metadata.inputs)
         self._input_dtypes = [torch_dtype(s.dtype) for s in self._tensor_inputs]
         self._out_spec = load_spec(metadata.out_spec) if metadata.out_spec else None
@@ -169,6 +170,8 @@ class ModelRunner:
                 value = kwargs[key]
                 if constant:
                     self._check_constant(key, value)
+                elif key in self._constant_lists:
+                    value = self._check_constant_list(key, value)
                 selected[key] = value
             elif constant:
                 selected[key] = self.metadata.in_constants.get(key)
@@ -180,6 +183,18 @@ class ModelRunner:
                 "with sample inputs that leave them out"
             )
         return selected
+
+    def _check_constant_list(self, key: str, value: Any) -> Any:
+        """The traced list of ``key`` where ``value`` (a tensor or a list) holds the same numbers, else
+        :class:`UnsupportedError`."""
+        traced = self._constant_lists[key]
+        given = value.tolist() if isinstance(value, torch.Tensor) else _as_lists(value)
+        if given != traced:
+            raise UnsupportedError(
+                f"input {key!r}={given!r} differs from the values this export was specialised on ({traced!r}): the "
+                f"model sizes its tensors from them in Python; re-export with {key}={given!r} in the sample inputs"
+            )
+        return traced
 
     def _check_constant(self, key: str, value: Any) -> None:
         if key in self.metadata.in_constants:
@@ -315,3 +330,35 @@ class ModelRunner:
 
     def specs(self, role: IORole) -> list:
         return [s for s in (*self.metadata.inputs, *self.metadata.outputs) if s.role is role]
+
+
+def _constant_lists(metadata: ExportMetadata) -> dict[str, list]:
+    """``{kwarg: nested list}`` for each traced kwarg that is a list of constants only (its leaves in
+    ``in_constants`` as ``key.i.j``), rebuilt from those leaves."""
+    lists: dict[str, list] = {}
+    for key, spec in metadata.kwargs.items():
+        if spec.kind is not KwargKind.PYTREE or spec.get("type") != "list":
+            continue
+        leaves = {name[len(key) + 1:]: v for name, v in metadata.in_constants.items() if name.startswith(f"{key}.")}
+        if not leaves or any(s.name.startswith(f"{key}.") for s in metadata.inputs):
+            continue
+        built: list = []
+        for path, value in leaves.items():
+            _place(built, [int(i) for i in path.split(".")], value)
+        lists[key] = built
+    return lists
+
+
+def _as_lists(value: Any) -> Any:
+    """Tuples as lists, all the way down (``[(h, w), ...]`` compares equal to the traced ``[[h, w], ...]``)."""
+    return [_as_lists(v) for v in value] if isinstance(value, (list, tuple)) else value
+
+
+def _place(node: list, path: list[int], value: Any) -> None:
+    first, *rest = path
+    while len(node) <= first:
+        node.append([] if rest else None)
+    if rest:
+        _place(node[first], rest, value)
+    else:
+        node[first] = value

@@ -15,7 +15,7 @@ from typing import Any
 import torch
 
 from ..errors import UnsupportedError
-from ..hf_model import LABEL_KEYS, OUTPUT_FLAGS
+from ..hf_model import LABEL_KEYS, OUTPUT_FLAGS, VALUE_INPUTS
 from ..pytrees import is_cache
 
 __all__ = [
@@ -105,6 +105,9 @@ def prepare_for_export(
     - Strips label inputs (``labels``, ``future_values``, ...): loss computation is not exported.
     - Pops output flags so they do not become traced inputs.
     - Runs the input preparer registered for the model type, if any.
+    - Turns the integer tensors of :data:`~hfexport.hf_model.VALUE_INPUTS` (``image_sizes``) into Python lists: the
+      models size their tensors from those values in Python, which cannot be traced symbolically (a data-dependent
+      guard); as constants the export is specialised on them (and a call with other values refused by name).
     - Casts floating tensors to the model's dtype and every tensor to its device.
 
     Example:
@@ -123,6 +126,9 @@ def prepare_for_export(
     model_type = getattr(getattr(model, "config", None), "model_type", None)
     if model_type in _input_preparers:
         _input_preparers[model_type](model, new)
+    for key in VALUE_INPUTS.intersection(new):
+        if isinstance(new[key], torch.Tensor) and not new[key].is_floating_point():
+            new[key] = new[key].tolist()
     dtype, device = _model_dtype_device(model)
     new = {key: _cast(value, dtype, device) for key, value in new.items()}
     return model, new, flags
