@@ -308,3 +308,27 @@ def test_a_cache_only_generation_config_is_merged_into_the_models_own():
     assert (saved.eos_token_id, saved.pad_token_id) == (7, 0)
     assert model.generation_config.cache_implementation is None, "the model's own config is left as it was"
     assert exported.components["decode"].metadata.cache_type == "StaticCache"
+
+
+def test_image_sizes_are_traced_as_the_samples_values_and_other_values_are_refused_by_name():
+    """Mistral 3's Pixtral tower and patch merger size their tensors from image_sizes in Python: traced as a tensor,
+    torch.export stopped on a data-dependent guard ('u1*u3 + u5*u7 > 1'). As a constant list the export runs, like
+    eager, on the same sizes (a tensor, or a list of tuples), and refuses others."""
+    from hfexport.tools.matrix.inputs import sample_inputs
+    from hfexport.tools.matrix.shrink import build_model
+
+    model = build_model("mistral3", "Mistral3ForConditionalGeneration")
+    inputs = sample_inputs(model, "mistral3")
+    assert isinstance(inputs["image_sizes"], torch.Tensor)
+    exported = DynamoExporter().export(model, inputs, DynamoConfig(dynamic=True))
+    metadata = exported.components["model"].metadata
+    assert metadata.in_constants["image_sizes.1.0"] == int(inputs["image_sizes"][1, 0])
+    with torch.no_grad():
+        want = model(**inputs).logits
+    sizes = inputs["image_sizes"]
+    for given in (sizes, [tuple(row) for row in sizes.tolist()]):
+        assert (exported(**{**inputs, "image_sizes": given}).logits - want).abs().max() <= 1e-4
+    other = sizes.clone()
+    other[0, 1] //= 2
+    with pytest.raises(UnsupportedError, match="'image_sizes'=.*differs from the values this export was specialised"):
+        exported(**{**inputs, "image_sizes": other})
