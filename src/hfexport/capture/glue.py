@@ -147,11 +147,20 @@ def _flat_tokens(config: Any, features: torch.Tensor) -> torch.Tensor:
     return features.reshape(-1, features.shape[-1])
 
 
+def _one_sequence(config: Any, features: torch.Tensor) -> torch.Tensor:
+    """Pixtral's output between its tower and the patch merger (Mistral 3, Mistral Large 4, LightOnOCR): every
+    image's patches in one sequence of a batch of one, squeezed (``selected_image_feature.squeeze(0)``)."""
+    return features.squeeze(0)
+
+
 #: model_type -> ``fn(config, features)``: what the model's ``get_image_features`` does to the selected vision
 #: feature before its projector, weight-free
 BEFORE_PROJECTOR: dict[str, Callable[[Any, torch.Tensor], torch.Tensor]] = {
     "internvl": _internvl_pixel_shuffle,
     "llama4": _flat_tokens,
+    "mistral3": _one_sequence,
+    "mistral_large4": _one_sequence,
+    "lighton_ocr": _one_sequence,
 }
 
 

@@ -49,7 +49,8 @@ __all__ = [
 
 MODALITIES = ("image", "audio")
 #: Attribute names a projector is found under (on the model or its base model), in the spec's order.
-PROJECTOR_NAMES = ("multi_modal_projector", "connector", "aligner", "embed_vision", "embed_audio", "projector")
+PROJECTOR_NAMES = ("multi_modal_projector", "connector", "aligner", "embed_vision", "embed_audio", "projector",
+                   "vision_projection")
 #: generate() inputs the modality encoders are fed from (directly or through the glue)
 MODALITY_INPUTS = ("pixel_values", "image_grid_thw", "image_sizes", "input_features", "feature_attention_mask",
                     "input_features_mask", "pixel_values_videos", "video_grid_thw")
@@ -250,7 +251,8 @@ def _check_merge(model: torch.nn.Module, call: dict, parts: dict, out: dict, rec
     if projector_name is not None:
         proj_module, proj_kwargs = out[projector_name]
         key = next(iter(proj_kwargs))
-        projector = lambda x: proj_module(**{key: x})  # noqa: E731
+        given = {k: call[k] for k in proj_kwargs if k != key and call.get(k) is not None}  # (image_sizes)
+        projector = lambda x: proj_module(**{key: x}, **given)  # noqa: E731
     encode = lambda **tensors: encoder(**constants, **tensors)  # noqa: E731
     ids = call["input_ids"]
     with torch.no_grad():

@@ -186,8 +186,8 @@ def _merge_modalities(config: Any, parts: dict, input_ids: torch.Tensor, embeds:
         if absent:
             raise UnsupportedError(f"the image encoder needs {absent}; pass them with pixel_values")
         out = encoder.runner(**call)
-        embeds = merge_image_features(input_ids, embeds, image_features(config, out, _projector(parts, "image")),
-                                      image_token_id(config))
+        features = image_features(config, out, _projector(parts, "image", inputs))
+        embeds = merge_image_features(input_ids, embeds, features, image_token_id(config))
         if parts["language_model"].takes("deepstack_visual_embeds"):
             _deepstack(config, out, input_ids, inputs, deepstack)
     return _merge_video(config, parts, input_ids, embeds, inputs)
@@ -209,8 +209,9 @@ def _deepstack(config: Any, out: Any, input_ids: torch.Tensor, inputs: dict, dee
     deepstack["deepstack_visual_embeds"] = list(features)
 
 
-def _projector(parts: dict, modality: str) -> Any:
-    """The projector of ``modality``'s features as a callable, ``None`` when the export has none."""
+def _projector(parts: dict, modality: str, inputs: dict | None = None) -> Any:
+    """The projector of ``modality``'s features as a callable, ``None`` when the export has none. A projector that
+    also takes a generate() input (Mistral 3's patch merger: ``image_sizes``) gets it from ``inputs``."""
     names = [n for n in PROJECTOR_NAMES if n in parts]
     if modality == "audio":
         names = [n for n in names if n in ("embed_audio", "multi_modal_projector")]
@@ -219,8 +220,12 @@ def _projector(parts: dict, modality: str) -> Any:
     if not names:
         return None
     component = parts[names[0]]
-    key = _only_key(component)
-    return lambda x, c=component, k=key: _run(c, {k: x})
+    extra = {k: inputs[k] for k, v in component.kwargs.items() if v.fed and inputs and inputs.get(k) is not None}
+    features = [k for k, v in component.kwargs.items() if v.fed and k not in extra]
+    if len(features) != 1:
+        raise UnsupportedError(f"the {component.name} graph takes {features} beside the generate() inputs "
+                               f"{sorted(extra)}; expected a single tensor of features")
+    return lambda x, c=component, k=features[0]: _run(c, {k: x, **extra})
 
 
 def _merge_video(config: Any, parts: dict, input_ids: torch.Tensor, embeds: torch.Tensor, inputs: dict) -> Any:
@@ -236,7 +241,7 @@ def _merge_video(config: Any, parts: dict, input_ids: torch.Tensor, embeds: torc
         )
     derived = {k for d in encoder.metadata.derived_inputs for k in d.names}  # (its runner derives them)
     traced = [k for k, v in encoder.kwargs.items() if v.fed and k not in derived]
-    features = video_features(config, encoder.runner, traced, _projector(parts, "image"), inputs)
+    features = video_features(config, encoder.runner, traced, _projector(parts, "image", inputs), inputs)
     return merge_image_features(input_ids, embeds, features, video_token_id(config), "video")
 
 
