@@ -340,8 +340,9 @@ def _constant_lists(metadata: ExportMetadata) -> dict[str, list]:
         if spec.kind is not KwargKind.PYTREE or spec.get("type") != "list":
             continue
         leaves = {name[len(key) + 1:]: v for name, v in metadata.in_constants.items() if name.startswith(f"{key}.")}
-        if not leaves or any(s.name.startswith(f"{key}.") for s in metadata.inputs):
-            continue
+        if (not leaves or any(s.name.startswith(f"{key}.") for s in metadata.inputs)
+                or not all(part.isdigit() for path in leaves for part in path.split("."))):
+            continue  # (tensors in it, or not a nested list: a list of dicts of constants)
         built: list = []
         for path, value in leaves.items():
             _place(built, [int(i) for i in path.split(".")], value)
