@@ -118,6 +118,9 @@ def test_containers_that_are_no_pytree_node():
 
 
 def test_tensor_leaves_are_the_pytree_tensor_leaves(llama):
+    from hfexport.pytrees.caches import register_cache_classes
+
+    register_cache_classes()  # (pytree's own leaves need the caches registered, which an earlier test may not do)
     cache = StaticCache(config=llama.config, max_cache_len=8)
     _forward(llama, cache)
     tree = {"input_ids": torch.ones(1, 1), "use_cache": True, "mask": [None, torch.ones(3)], "past_key_values": cache}
