@@ -32,7 +32,7 @@ from typing import Any
 import torch
 
 from .media import GRID_KEYS, audio_layouts, feature_layouts, feature_masks, first_that_runs, grid_candidates, \
-    image_layouts, image_sides, patch_candidates, variants, window_side
+    image_layouts, image_sides, patch_candidates, runs, variants, window_side
 from .series import series_inputs
 from .shrink import FROM_TINY_CASES
 
@@ -257,15 +257,6 @@ def _placed(text: dict[str, torch.Tensor], block: list[int]) -> dict[str, torch.
     return out
 
 
-def _runs(model: Any, candidate: dict[str, Any]) -> bool:
-    try:
-        with torch.no_grad():
-            model(**candidate)
-    except Exception:  # noqa: BLE001 - the eager forward refuses this layout or count
-        return False
-    return True
-
-
 def _with_image(model: Any, gen: torch.Generator, batch: int, text: dict[str, torch.Tensor]) -> dict[str, Any]:
     """One image per row (:func:`_image_kwargs`) and as many image tokens as the vision tower makes features (wrapped
     in the family's start and end tokens where it has them), right after each row's left padding. Falls back to the
@@ -289,7 +280,7 @@ def _with_image(model: Any, gen: torch.Generator, batch: int, text: dict[str, to
             candidate = {**_placed(text, block), **extra}
             if "mm_token_type_ids" in params:  # (the processor's: 1 on image tokens; Qwen3-VL's M-RoPE reads it)
                 candidate["mm_token_type_ids"] = (candidate["input_ids"] == token).long()
-            if _runs(model, candidate):  # else this family needs more than pixels + tokens: next layout, or text only
+            if runs(model, candidate):  # else this family needs more than pixels + tokens: next layout, or text only
                 return candidate
     return {}
 
@@ -348,7 +339,7 @@ def _with_audio(model: Any, gen: torch.Generator, batch: int, text: dict[str, to
         for count in _audio_counts(model, extra, batch):
             for block in _placeholder_blocks(config, token, count, _AUDIO_BRACKETS):
                 candidate = {**_placed(text, block), **extra}
-                if _runs(model, candidate):
+                if runs(model, candidate):
                     return candidate
     return {}
 

@@ -24,10 +24,20 @@ from typing import Any
 
 import torch
 
-__all__ = ["GRID_KEYS", "first_that_runs", "variants", "grid_candidates", "patch_candidates", "window_side",
+__all__ = ["GRID_KEYS", "first_that_runs", "runs", "variants", "grid_candidates", "patch_candidates", "window_side",
            "image_sides", "image_layouts", "audio_layouts", "feature_layouts", "feature_masks"]
 
 GRID_KEYS = ("grid_thw", "image_grid_thw")
+
+
+def runs(model: Any, candidate: dict[str, Any]) -> bool:
+    """Whether the model's eager forward runs on ``candidate``."""
+    try:
+        with torch.no_grad():
+            model(**candidate)
+    except Exception:  # noqa: BLE001 - any failure: not this layout
+        return False
+    return True
 
 
 def first_that_runs(model: Any, candidates: Iterator[dict[str, Any]]) -> dict[str, Any]:
@@ -35,12 +45,8 @@ def first_that_runs(model: Any, candidates: Iterator[dict[str, Any]]) -> dict[st
     first = None
     for candidate in candidates:
         first = candidate if first is None else first
-        try:
-            with torch.no_grad():
-                model(**candidate)
-        except Exception:  # noqa: BLE001 - any failure: try the next layout
-            continue
-        return candidate
+        if runs(model, candidate):
+            return candidate
     return first or {}
 
 
