@@ -51,7 +51,7 @@ PAIRS = [
     (None, "onnx"), ("ort-dynamic", "onnx"), ("ort-static", "onnx"), ("pt2e-int8", "onnx"), ("nncf-int8", "onnx"),
     ("nncf-int4", "onnx"),
     (None, "openvino"), ("pt2e-int8", "openvino"), ("nncf-int8", "openvino"), ("nncf-int8-weights", "openvino"),
-    ("nncf-int4", "openvino"),
+    ("nncf-int4", "openvino"), ("hqq-int4", "openvino"), ("int8-groups", "openvino"),
     (None, "dynamo"), ("pt2e-int8", "dynamo"), ("nncf-int8", "dynamo"), ("nncf-int4", "dynamo"),
     (None, "executorch"), ("pt2e-int8", "executorch"), ("nncf-int8", "executorch"),  # (nncf-int4: refused there)
 ]
@@ -65,8 +65,9 @@ PAIRS += FUSED_PAIRS
 DECODE_PAIRS = [
     (None, "onnx"), ("ort-dynamic", "onnx"), *FUSED_PAIRS,
     (None, "openvino"), ("nncf-int8", "openvino"), ("nncf-int8-weights", "openvino"), ("nncf-int4", "openvino"),
+    ("hqq-int4", "openvino"), ("int8-groups", "openvino"),
 ]
-BITS = {None: 32, "nncf-int4": 4, "ort-int4": 4, "torchao-8da4w": 4}  # every other recipe: 8 (8da4w: 4-bit linears)
+BITS = {None: 32, "nncf-int4": 4, "ort-int4": 4, "hqq-int4": 4, "torchao-8da4w": 4}  # every other recipe: 8 (8da4w: 4-bit linears)
 
 
 def _config(fmt: str) -> Any:

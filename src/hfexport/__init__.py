@@ -31,7 +31,8 @@ _LAZY = {
     **{name: f"hfexport.quantizers:{name}" for name in (
         "CalibrationSet", "ExportQuantizer", "NNCFOnnxQuantizer", "NNCFOpenVINOQuantizer", "NNCFQuantizationConfig",
         "NNCFTorchFXQuantizer", "NNCFWeightCompressionConfig", "OnnxRuntimeDynamicConfig", "OnnxRuntimeQuantizer",
-        "OnnxRuntimeStaticConfig", "OnnxRuntimeWeightOnlyConfig", "PT2EQuantizer", "TorchAOQuantizer")},
+        "OnnxRuntimeStaticConfig", "OnnxRuntimeWeightOnlyConfig", "PT2EQuantizer", "TorchAOQuantizer",
+        "GroupWeightOpenVINOQuantizer", "GroupWeightConfig")},
     **{name: f"hfexport.registry:{name}" for name in ("AutoExportConfig", "AutoHfExporter", "register_backend")},
     "ModelRunner": "hfexport.runner:ModelRunner",
     "validate": "hfexport.validation:validate",
@@ -79,6 +80,8 @@ __all__ = [
     "NNCFQuantizationConfig",
     "NNCFWeightCompressionConfig",
     "TorchAOQuantizer",
+    "GroupWeightOpenVINOQuantizer",
+    "GroupWeightConfig",
     # errors
     "HfExportError",
     "ConfigError",

@@ -38,6 +38,8 @@ PAIRS = {
     ("nncf-int4", "onnx"): (0.25, 0.6),
     ("nncf-int4", "openvino"): (0.25, 0.6),  # AWQ + scale estimation on the calibration samples
     ("nncf-int4", "dynamo"): (0.25, 0.6),
+    ("hqq-int4", "openvino"): (0.25, 0.6),
+    ("int8-groups", "openvino"): (0.35, 0.75),
 }
 # one pair per backend-model quantizer family in the default suite; the rest with `make test-sweep`
 DEFAULT = {("pt2e-int8", "dynamo"), ("ort-dynamic", "onnx"), ("nncf-int8", "openvino")}

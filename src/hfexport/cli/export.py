@@ -29,7 +29,7 @@ DTYPES = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}
 # (tests/test_cli.py); tests/test_quantizers.py checks that the two lists are the same
 RECIPES = (
     "pt2e-int8", "ort-dynamic", "ort-static", "ort-int8", "ort-int4", "nncf-int8", "nncf-int8-weights", "nncf-int4",
-    "torchao-8da4w",
+    "hqq-int4", "int8-groups", "torchao-8da4w",
 )
 VALIDATE_TOKENS = 8  # greedy tokens compared with eager model.generate after a for-generation export
 

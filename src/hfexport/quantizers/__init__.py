@@ -18,6 +18,7 @@ from .onnxruntime import (
     OnnxRuntimeStaticConfig,
     OnnxRuntimeWeightOnlyConfig,
 )
+from .openvino_groups import GroupWeightConfig, GroupWeightOpenVINOQuantizer
 from .pt2e import PT2EQuantizer
 from .torchao import TorchAOQuantizer
 
@@ -35,4 +36,6 @@ __all__ = [
     "NNCFQuantizationConfig",
     "NNCFWeightCompressionConfig",
     "TorchAOQuantizer",
+    "GroupWeightOpenVINOQuantizer",
+    "GroupWeightConfig",
 ]

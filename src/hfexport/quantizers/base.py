@@ -114,6 +114,9 @@ class ExportQuantizer:
     quantizes_fx_graph: ClassVar[bool] = False
     #: quantizes the eager module before the trace (:meth:`quantize_module`), for every graph an export traces
     quantizes_module: ClassVar[bool] = False
+    #: each output row of a weight is quantized from that row alone (no calibration, no per-tensor statistics), so a
+    #: backend may concatenate weights that read one activation (q/k/v) before quantizing and get the same codes
+    row_independent: ClassVar[bool] = False
 
     def __init__(
         self, calibration_dataset: Iterable[dict[str, Any]] | None = None, *, weight_only_modules: Iterable[str] = ()

@@ -193,7 +193,7 @@ class NNCFOpenVINOQuantizer(_NNCFQuantizer):
         calibration = CalibrationSet(
             self.calibration_dataset, sample_inputs, lambda s: flat_feeds(s, keys, names, dtypes)
         )
-        weight_only = _openvino_nodes_in_modules(model, self.weight_only_modules, getattr(self, "_module_paths", {}))
+        weight_only = openvino_nodes_in_modules(model, self.weight_only_modules, getattr(self, "_module_paths", {}))
         quantized = self._run(model, calibration, weight_only)
         if weight_only and isinstance(self.config, NNCFQuantizationConfig):
             _openvino_int8_weight_only(quantized, set(weight_only))
@@ -245,7 +245,7 @@ def _with_names(ignored_scope: Any, names: list[str]) -> Any:
     return dataclasses.replace(ignored_scope, names=[*ignored_scope.names, *names])
 
 
-def _openvino_nodes_in_modules(model: Any, patterns: Iterable[str], paths: dict[str, str]) -> list[str]:
+def openvino_nodes_in_modules(model: Any, patterns: Iterable[str], paths: dict[str, str]) -> list[str]:
     """Friendly names of the ``MatMul`` ops of an OpenVINO model converted from an ``ExportedProgram`` whose module
     path matches one of ``patterns``: the frontend names each op after its FX node (``linear_6/aten.linear.default/
     MatMul``), ``paths`` maps node names to module paths (:meth:`NNCFOpenVINOQuantizer.read_program`)."""
