@@ -12,8 +12,9 @@ into its ``FullyConnected`` for grouped scales and for an f16 / f32 zero point a
   ONNX Runtime's solver (``HQQWeightOnlyQuantizer``). ONNX Runtime's own ``MatMulNBits`` leaves its fast kernels for
   float zero points (650 against 13 us per product), which is why this runs on OpenVINO only.
 
-Layers whose module path matches ``backup_modules`` and the embeddings get NNCF's int8 weight compression
-(``INT8_ASYM``, one scale per output channel), as NNCF's own int4 modes back them up.
+Layers whose module path matches ``backup_modules`` and the embeddings get NNCF's int8 weight compression with one
+scale per output channel, symmetric by default (``INT8_SYM``: SmolLM2's 49152-wide head takes 1.6 ms a step
+against 2.4 ms with NNCF's own int4 backup, ``INT8_ASYM``, and 2.7 ms in int8 groups of 32).
 """
 
 from __future__ import annotations
@@ -51,6 +52,8 @@ class GroupWeightConfig(LibraryArguments):
     backup_modules: tuple[str, ...] = (r"(^|\.)lm_head$",)
     #: element type of the scales and zero points: "f16" (NNCF's) or "f32"
     parameter_type: str = "f16"
+    #: NNCF's mode for the backup layers and embeddings: "int8_sym" or "int8_asym"
+    backup_mode: str = "int8_sym"
 
     def __post_init__(self) -> None:
         if self.bits not in _ZERO_POINTS:
@@ -64,12 +67,14 @@ class GroupWeightConfig(LibraryArguments):
             raise ValueError(f"GroupWeightConfig.group_size must be a power of two, got {self.group_size}")
         if self.parameter_type not in ("f16", "f32"):
             raise ValueError(f"GroupWeightConfig.parameter_type must be 'f16' or 'f32', got {self.parameter_type!r}")
+        if self.backup_mode not in ("int8_sym", "int8_asym"):
+            raise ValueError(f"GroupWeightConfig.backup_mode must be 'int8_sym' or 'int8_asym', got {self.backup_mode!r}")
         self.backup_modules = tuple(self.backup_modules)
 
 
 class GroupWeightOpenVINOQuantizer(ExportQuantizer):
     """Compress the converted OpenVINO model's linear weights group-wise (data-free): int8 symmetric or int4 with HQQ
-    float zero points; the backup layers and embeddings int8 per channel with NNCF.
+    float zero points; the backup layers and embeddings int8 per channel with NNCF (``backup_mode``).
 
     Example:
         >>> OpenVINOConfig(quantizer=GroupWeightOpenVINOQuantizer(GroupWeightConfig(bits=8, zero_points="none")))
@@ -106,7 +111,7 @@ class GroupWeightOpenVINOQuantizer(ExportQuantizer):
         logger.info("%d-bit groups of %d: %d MatMul weights (%d backup layers)", config.bits, config.group_size,
                     done, len(backup))
         # what is left in float: the backup layers, embeddings, weights whose input size the groups do not divide
-        return nncf.compress_weights(model, mode=nncf.CompressWeightsMode.INT8_ASYM)
+        return nncf.compress_weights(model, mode=nncf.CompressWeightsMode(config.backup_mode))
 
 
 def hqq_codes(weight: np.ndarray, group_size: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
