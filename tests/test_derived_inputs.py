@@ -100,3 +100,25 @@ def test_a_packed_vision_tower_runs_like_eager_on_every_backend(tower, backend):
         got = exported(**other).pooler_output
         assert got.shape == expected.shape
         assert (got - expected).abs().max() < 1e-4
+
+
+def test_a_weight_free_method_reads_what_the_instance_copies_from_its_config():
+    """``ConfigOnly`` runs a model class's weight-free method (a rope index) on the config alone: an attribute its
+    ``__init__`` copies from the config (Qwen3-Omni's thinker: ``self.spatial_merge_size`` from its vision config)
+    is read there; one the config does not hold either stays an AttributeError."""
+    from transformers import PretrainedConfig
+
+    from hfexport.derived import ConfigOnly
+
+    class Thinker:
+        def __init__(self, config):
+            self.spatial_merge_size = config.vision_config.spatial_merge_size
+
+        def tokens(self, patches: int) -> int:
+            return patches // self.spatial_merge_size**2
+
+    config = PretrainedConfig()
+    config.vision_config = PretrainedConfig(spatial_merge_size=2)
+    assert ConfigOnly(Thinker, config).tokens(16) == Thinker(config).tokens(16) == 4
+    with pytest.raises(AttributeError):
+        ConfigOnly(Thinker, config).rope_theta

@@ -195,6 +195,14 @@ def test_inputs_whose_layout_the_config_does_not_say_are_found_by_running_the_mo
      {"input_values": (2, 1600), "decoder_input_ids": (2, 3)}),
     ("vipllava", "VipLlavaForConditionalGeneration",
      {"input_ids": (2, 22), "attention_mask": (2, 22), "pixel_values": (2, 3, 32, 32)}),
+    # RoPE per layer type, left empty by its defaults (CohereCompass); layer types left unset (LFM2-MoE); the Omni
+    # thinkers' vision start id and M-RoPE sections
+    ("cohere_compass_text", "CohereCompassForCausalLM", {"input_ids": (2, 6), "attention_mask": (2, 6)}),
+    ("lfm2_moe", "Lfm2MoeForCausalLM", {"input_ids": (2, 6), "attention_mask": (2, 6)}),
+    ("qwen2_5_omni_thinker", "Qwen2_5OmniThinkerForConditionalGeneration",
+     {"input_ids": (2, 10), "attention_mask": (2, 10), "pixel_values": (32, 384), "image_grid_thw": (2, 3)}),
+    ("qwen3_omni_moe_thinker", "Qwen3OmniMoeThinkerForConditionalGeneration",
+     {"input_ids": (2, 10), "attention_mask": (2, 10), "pixel_values": (32, 384), "image_grid_thw": (2, 3)}),
 ])
 def test_models_the_matrix_could_not_build_or_feed_before_run_eagerly(model_type, class_name, shapes):
     """Each of these was cannot-build, no-inputs or eager-fails (issue 22); ``_eager`` is the worker's own path

@@ -163,7 +163,15 @@ class ConfigOnly:
         self.rope_deltas = None
 
     def __getattr__(self, name: str) -> Any:
-        attr = getattr(self._cls, name)
+        try:
+            attr = getattr(self._cls, name)
+        except AttributeError:
+            # an attribute the instance copies from its config in __init__ (Qwen3-Omni's thinker reads
+            # self.spatial_merge_size, its vision config's)
+            for config in (self.config, *(v for v in vars(self.config).values() if hasattr(v, "to_dict"))):
+                if name in vars(config):
+                    return vars(config)[name]
+            raise
         return types.MethodType(attr, self) if callable(attr) else attr
 
 

@@ -50,6 +50,12 @@ OVERRIDES: dict[str, dict[str, Any]] = {
     "gptj": {"rotary_dim": HEAD_DIM // 2},
     # defaults to a pure-Mamba stack; Granite 4.0-H mixes in attention layers
     "granitemoehybrid": {"layer_types": ["linear_attention", "full_attention"]},
+    # no layer types by default, which its decoder layers index: one short-convolution and one attention layer
+    "lfm2_moe": {"layer_types": ["conv", "full_attention"]},
+    # the thinkers' rope index reads vision_start_token_id, which their configs (5.23) do not define: an id the
+    # shrinking rules left free
+    "qwen2_5_omni_thinker": {"vision_start_token_id": 249},
+    "qwen3_omni_moe_thinker": {"vision_start_token_id": 250},
     # its shared transformer block is tied across hybrid layers: one needs a second to tie to
     "zamba": {"layers_block_type": ["hybrid", "hybrid"]},
     # routers: top-k unset by default (DeepSeek-V2), more experts per token than the 4 kept (Kimi Linear), more

@@ -159,7 +159,8 @@ _ATTENTION_KINDS = ("full_attention", "sliding_attention", "chunked_attention", 
                     "window_attention", "attention", "hybrid", "hybrid_sliding")
 # text models whose modeling code falls back to a full-size mrope_section when the config has none
 _DEFAULT_MROPE = ("glm4v_text", "glm4v_moe_text", "glm_image_text", "glm_ocr_text", "paddleocr_vl_text",
-                  "hunyuan_vl_text", "qwen2_vl_text", "qwen2_5_vl_text")  # (HunYuan-VL's: none at all)
+                  "hunyuan_vl_text", "qwen2_vl_text", "qwen2_5_vl_text", "qwen2_5_omni_text",
+                  "qwen3_omni_moe_text")  # (HunYuan-VL's: none at all)
 _LOW_TOKENS = ("pad_token_id", "bos_token_id", "eos_token_id", "decoder_start_token_id", "sep_token_id",
                "cls_token_id", "unk_token_id", "mask_token_id")
 _TOKEN_LISTS = ("suppress_tokens", "begin_suppress_tokens", "forced_decoder_ids")
@@ -242,6 +243,11 @@ def _shrunk(values: dict[str, Any], layers_before: int | None, fit: bool = False
         key = "rope_parameters" if values.get("rope_parameters") else "rope_scaling"
         half = int(HEAD_DIM * rope.get("partial_rotary_factor", 1.0)) // 2  # the sections split half the rotary dims
         out[key] = {**rope, "mrope_section": [half - 2 * ((half + 1) // 3), (half + 1) // 3, (half + 1) // 3]}
+    types = out.get("layer_types", values.get("layer_types"))
+    if values.get("rope_parameters") == {} and isinstance(types, list) and types:
+        # RoPE per layer type left empty by the defaults (CohereCompass, transformers 5.23: "no RoPE parameters were
+        # found"), while the rotary module reads rope_parameters[layer_type]: a default RoPE for each type
+        out["rope_parameters"] = {t: {"rope_type": "default", "rope_theta": 10000.0} for t in dict.fromkeys(types)}
     for key, value in values.items():  # nested sub-configs, e.g. the language model inside a VLM's text_config
         if isinstance(value, dict) and "model_type" in value:
             out[key] = {**value, **_shrunk(value, _layer_count(value), fit)}
