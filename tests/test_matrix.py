@@ -203,6 +203,13 @@ def test_inputs_whose_layout_the_config_does_not_say_are_found_by_running_the_mo
      {"input_ids": (2, 10), "attention_mask": (2, 10), "pixel_values": (32, 384), "image_grid_thw": (2, 3)}),
     ("qwen3_omni_moe_thinker", "Qwen3OmniMoeThinkerForConditionalGeneration",
      {"input_ids": (2, 10), "attention_mask": (2, 10), "pixel_values": (32, 384), "image_grid_thw": (2, 3)}),
+    # fields their defaults leave unset and their models index (MLP types per layer, a deep-stack layer map), a
+    # dropout rate the standalone encoder's text config only gets from the encoder-decoder config
+    ("deepseek_ocr2", "DeepseekOcr2ForConditionalGeneration",
+     {"input_ids": (2, 151), "attention_mask": (2, 151), "pixel_values": (2, 3, 32, 32)}),
+    ("granite4_vision", "Granite4VisionForConditionalGeneration", {"input_ids": (2, 6), "attention_mask": (2, 6)}),
+    ("t5gemma2_encoder", "T5Gemma2Encoder",
+     {"input_ids": (2, 12), "attention_mask": (2, 12), "pixel_values": (2, 3, 32, 32)}),
 ])
 def test_models_the_matrix_could_not_build_or_feed_before_run_eagerly(model_type, class_name, shapes):
     """Each of these was cannot-build, no-inputs or eager-fails (issue 22); ``_eager`` is the worker's own path

@@ -52,6 +52,12 @@ OVERRIDES: dict[str, dict[str, Any]] = {
     "granitemoehybrid": {"layer_types": ["linear_attention", "full_attention"]},
     # no layer types by default, which its decoder layers index: one short-convolution and one attention layer
     "lfm2_moe": {"layer_types": ["conv", "full_attention"]},
+    "deepseek_ocr2": {"text_config": {"mlp_layer_types": ["dense", "sparse"]}},  # unset by default, indexed per layer
+    # its text config takes dropout_rate from the encoder-decoder config, which the standalone encoder lacks
+    "t5gemma2_encoder": {"text_config": {"dropout_rate": 0.0}, "mm_tokens_per_image": 4},
+    # unset by default: which vision layers feed which decoder layers, and the Q-Former's window ratio
+    "granite4_vision": {"deepstack_layer_map": [[0, 0], [1, 1]], "spatial_target_layers": [0, 1, 0, 1],
+                        "downsample_rate": "1/2"},
     # the thinkers' rope index reads vision_start_token_id, which their configs (5.23) do not define: an id the
     # shrinking rules left free
     "qwen2_5_omni_thinker": {"vision_start_token_id": 249},
