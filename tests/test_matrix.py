@@ -210,6 +210,10 @@ def test_inputs_whose_layout_the_config_does_not_say_are_found_by_running_the_mo
     ("granite4_vision", "Granite4VisionForConditionalGeneration", {"input_ids": (2, 6), "attention_mask": (2, 6)}),
     ("t5gemma2_encoder", "T5Gemma2Encoder",
      {"input_ids": (2, 12), "attention_mask": (2, 12), "pixel_values": (2, 3, 32, 32)}),
+    # a VQ image vocabulary their defaults leave unset (Chameleon: an image through its VQ tokens)
+    ("chameleon", "ChameleonForConditionalGeneration",
+     {"input_ids": (2, 10), "attention_mask": (2, 10), "pixel_values": (2, 3, 32, 32)}),
+    ("emu3", "Emu3ForConditionalGeneration", {"input_ids": (2, 6), "attention_mask": (2, 6)}),
 ])
 def test_models_the_matrix_could_not_build_or_feed_before_run_eagerly(model_type, class_name, shapes):
     """Each of these was cannot-build, no-inputs or eager-fails (issue 22); ``_eager`` is the worker's own path

@@ -11,6 +11,14 @@ HIDDEN, FFN, LAYERS, HEADS, KV_HEADS, HEAD_DIM, VOCAB = 64, 128, 2, 4, 2, 16, 25
 
 _QSA_INDEXER = {"indexer_n_heads": 2, "indexer_kv_heads": 1, "indexer_head_dim": HEAD_DIM, "indexer_budget": 8,
                 "indexer_compress_ratio": 4}
+# The token names of a VQ image codebook of 64 codes in a 256-token vocabulary (ids 128..191), as the processors'
+# vocabularies spell them: Chameleon's "IMGIMG<code in letters A-J>Z", Emu3's "<|visual token000123|>"; their
+# default configs leave the map unset, and the models read the image token (255) and the codes from it
+_IMAGE_CODES = 64
+_CHAMELEON_VOCAB = {"<image>": VOCAB - 1, **{
+    "IMGIMG" + "".join(chr(ord("A") + int(c)) for c in str(i)) + "Z": 128 + i for i in range(_IMAGE_CODES)}}
+_EMU3_VOCAB = {"<image>": VOCAB - 1, "<|extra_200|>": VOCAB - 2,
+               **{f"<|visual token{i:06d}|>": 128 + i for i in range(_IMAGE_CODES)}}
 # model_type -> config kwargs the generic rules get wrong for that family
 OVERRIDES: dict[str, dict[str, Any]] = {
     "gemma3_text": {"sliding_window": 8, "query_pre_attn_scalar": HEAD_DIM},
@@ -52,6 +60,8 @@ OVERRIDES: dict[str, dict[str, Any]] = {
     "granitemoehybrid": {"layer_types": ["linear_attention", "full_attention"]},
     # no layer types by default, which its decoder layers index: one short-convolution and one attention layer
     "lfm2_moe": {"layer_types": ["conv", "full_attention"]},
+    "chameleon": {"vocabulary_map": _CHAMELEON_VOCAB, "vq_config": {"num_embeddings": _IMAGE_CODES}},
+    "emu3": {"vocabulary_map": _EMU3_VOCAB, "vq_config": {"codebook_size": _IMAGE_CODES}},
     "deepseek_ocr2": {"text_config": {"mlp_layer_types": ["dense", "sparse"]}},  # unset by default, indexed per layer
     # its text config takes dropout_rate from the encoder-decoder config, which the standalone encoder lacks
     "t5gemma2_encoder": {"text_config": {"dropout_rate": 0.0}, "mm_tokens_per_image": 4},
