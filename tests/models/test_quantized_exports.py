@@ -160,12 +160,14 @@ def _fused_static_export(model, case, quantizer):
 
 
 @pytest.mark.parametrize(
-    "name,bits,max_ratio", [("ort-int4", 4, 0.25), pytest.param("ort-int8", 8, 0.32, marks=pytest.mark.sweep)]
+    "name,bits,block,max_ratio",
+    [("ort-int4", 4, 32, 0.25), pytest.param("ort-int8", 8, 16, 0.36, marks=pytest.mark.sweep)],
 )
-def test_matmul_nbits_quantizes_every_weight_and_keeps_the_fused_attention(name, bits, max_ratio, llama, tmp_path):
+def test_matmul_nbits_quantizes_every_weight_and_keeps_the_fused_attention(name, bits, block, max_ratio, llama,
+                                                                           tmp_path):
     """ort-int4 / ort-int8 on a static-cache, multi-token-decode export fused for ONNX Runtime's CPU kernels: every
     MatMul with a constant weight (the packed QKV and gate/up, o_proj, down_proj) is a MatMulNBits of that many bits
-    in blocks of 32 with accuracy_level 4, symmetric, the lm_head one of 8 bits; the embedding a 4-bit
+    in blocks of 32 (int4) or 16 (int8) with accuracy_level 4, symmetric, the lm_head one of 8 bits; the embedding a 4-bit
     GatherBlockQuantized (int4) or an int8 table gathered before dequantizing (int8); GroupQueryAttention is still there; the saved weights shrink; the
     export's own decode loop keeps eager's top-1."""
     import onnx
@@ -187,7 +189,7 @@ def test_matmul_nbits_quantizes_every_weight_and_keeps_the_fused_attention(name,
         attributes = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
         head = node.output[0] in outputs  # the lm_head gives the logits: 8 bits in both recipes
         assert (attributes["bits"], attributes["block_size"], attributes["accuracy_level"]) == (
-            8 if head else bits, 32, 4
+            8 if head else bits, block, 4
         ), (node.name, attributes)
         assert len(node.input) == 3  # symmetric: no zero points (float ones, HQQ's, leave the fast kernel)
     assert [n for n in nbits if n.output[0] in outputs]
