@@ -322,9 +322,26 @@ def _markdown(saved: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def fastest_fp32(results: dict[str, dict]) -> dict[str, float]:
+    """Per backend (the format before any ``+variant``), the fastest fp32 decode tok/s among the timed artifacts:
+    what issue 21's int8 / int4 ratios divide by."""
+    best: dict[str, float] = {}
+    for name, res in results.items():
+        if name.startswith("fp32-"):
+            backend = name.removeprefix("fp32-").partition("+")[0]
+            best[backend] = max(best.get(backend, 0.0), res["decode_tok_s"])
+    return best
+
+
+def _vs_fp32(name: str, res: dict, best: dict[str, float]) -> str:
+    backend = name.rsplit("-", 1)[-1].partition("+")[0] if name != "eager" else ""
+    return f"{res['decode_tok_s'] / best[backend]:.2f}x" if backend in best else "–"
+
+
 def _decode_markdown(report: dict[str, Any]) -> list[str]:
     results, exports = report["results"], report.get("exports", {})
     eager = results["eager"]["decode_tok_s"]
+    best = fastest_fp32(results)
     lines = [
         "## Decode speed (int8 and int4 on ONNX Runtime and OpenVINO)",
         "",
@@ -336,14 +353,15 @@ def _decode_markdown(report: dict[str, Any]) -> list[str]:
         f"start/end: {report.get('loads_avg', '?')}.",
         "",
         *common.table_head("artifact", "export s", "export peak RSS MB", "artifact MB (x weights)", "load s",
-                           "prefill ms", "decode tok/s", "vs eager", "same tokens"),
+                           "prefill ms", "decode tok/s", "vs eager", "same tokens", "vs fastest fp32 of its backend"),
     ]
     for name, res in results.items():
         label = common.EAGER_LABEL if name == "eager" else name
         cells = common.export_cells(exports.get(name), load=report["loads"].get(name, {}) if name != "eager" else None)
         if name == "eager":
             cells += " | –"
-        lines.append(f"| {label} | {cells} | {common.result_cells(res, eager, where=True)} |")
+        lines.append(f"| {label} | {cells} | {common.result_cells(res, eager, where=True)} | "
+                     f"{_vs_fp32(name, res, best)} |")
     lines += ["", "A quantized export need not give eager's tokens: 'same tokens' says where its greedy text "
               "first departs from eager's (the agreement table above measures how often it keeps eager's top-1)."]
     return lines
@@ -354,12 +372,16 @@ NOTES_MARK = "\n<!-- notes: kept by bench_quantized.py when it rewrites the tabl
 
 def _write(results: Path, saved: dict[str, Any]) -> None:
     decode = saved.get("decode", {}).get("results", {})
+    best = fastest_fp32(decode)
     for row in saved.get("rows", []):  # benchmarks/summary.py reads each row's decode_tok_s
         recipe_name = None if row["recipe"] == "fp32" else row["recipe"]
         row.setdefault("bits", BITS.get(recipe_name, 8))
         name = _pair_name(recipe_name, row["format"])
         if name in decode:
             row["decode_tok_s"] = round(decode[name]["decode_tok_s"], 2)
+            backend = row["format"].partition("+")[0]
+            if backend in best:  # issue 21's ratio: the fastest fp32 decode of the same backend, same run
+                row["decode_vs_fp32"] = round(decode[name]["decode_tok_s"] / best[backend], 3)
     notes = ""
     if results.exists():  # the hand-written notes after NOTES_MARK stay through every run
         old = results.read_text(encoding="utf-8")

@@ -151,16 +151,19 @@ def render(summary: dict, gbps: float, machine: str) -> str:
         lines += ["", "Quantized exports (`bench_quantized.py`, RESULTS_QUANTIZED.md): decode tok/s (– where no quiet "
                   "timing was taken), weight bytes against fp32, and greedy top-1 agreement with eager over 64 steps "
                   "on the prompts the recipes were tuned on and on held-out ones.", "",
-                  "| recipe | format | decode tok/s | weight ratio | top-1 agreement (tuned / held-out) |",
-                  "|---|---|---|---|---|"]
+                  "| recipe | format | bits | decode tok/s | vs fastest fp32 of its backend (same run) | weight ratio | "
+                  "top-1 agreement (tuned / held-out) |",
+                  "|---|---|---|---|---|---|---|"]
 
         def cell(value, form):
             return "–" if value is None else format(value, form)
 
         for q in quant:
             agreement = f"{cell(q.get('top1_agreement'), '.1%')} / {cell(q.get('top1_heldout'), '.1%')}"
-            lines.append(f"| {q['recipe']} | {q['format']} | {cell(q.get('decode_tok_s'), '.1f')} | "
-                         f"{cell(q.get('weight_ratio'), '.3f')} | {agreement} |")
+            ratio = q.get("decode_vs_fp32")
+            lines.append(f"| {q['recipe']} | {q['format']} | {q.get('bits', '–')} | {cell(q.get('decode_tok_s'), '.1f')} "
+                         f"| {'–' if ratio is None else f'{ratio:.2f}x'} | {cell(q.get('weight_ratio'), '.3f')} | "
+                         f"{agreement} |")
     lines += ["", OPTIMUM, ""]
     for source, (start, end) in summary["loads"].items():
         if start and end:
@@ -178,19 +181,22 @@ def chart(summary: dict, gbps: float, path: Path) -> None:
 
     rows = summary["rows"]
     weights = next((r["weight_bytes"] for r in rows if r["weight_bytes"]), None)
-    fig, ax = plt.subplots(figsize=(10, 0.45 * len(rows) + 1.6))
-    labels = [r["label"] for r in rows][::-1]
-    values = [r["decode_tok_s"] for r in rows][::-1]
-    colours = ["#d9534f" if not r["same_tokens"] else ("#999999" if "peer" in r["backend"] else "#2a7ab0")
-               for r in rows][::-1]
+    # the timed quantized exports (bench_quantized's decode run), green: their tokens are not eager's by design
+    quantized = [q for q in summary["quantized"].get("rows", []) if q.get("decode_tok_s") and q["recipe"] != "fp32"]
+    fig, ax = plt.subplots(figsize=(10, 0.45 * (len(rows) + len(quantized)) + 1.6))
+    labels = ([r["label"] for r in rows] + [f"{q['recipe']} {q['format']} ({q.get('bits', 8)}-bit)"
+                                            for q in quantized])[::-1]
+    values = ([r["decode_tok_s"] for r in rows] + [q["decode_tok_s"] for q in quantized])[::-1]
+    colours = (["#d9534f" if not r["same_tokens"] else ("#999999" if "peer" in r["backend"] else "#2a7ab0")
+                for r in rows] + ["#3c9d5d"] * len(quantized))[::-1]
     ax.barh(labels, values, color=colours)
     eagers = [r["eager_tok_s"] for r in rows if r["eager_tok_s"]]
     if eagers:
         ax.axvline(sum(eagers) / len(eagers), color="black", linestyle="--", label="eager generate() (mean of runs)")
     if weights:
         ax.axvline(decode_bound(weights, gbps), color="#e08e0b", label=f"fp32 roofline ({gbps:.0f} GB/s copy)")
-    ax.set_xlabel("decode tokens/s, SmolLM2-135M fp32, batch 1, CPU\n(blue: hfexport; grey: peer; red: tokens differ "
-                  "from eager's)")
+    ax.set_xlabel("decode tokens/s, SmolLM2-135M, batch 1, CPU\n(blue: hfexport fp32; grey: peer; red: tokens differ "
+                  "from eager's; green: quantized, timed in bench_quantized's own run)")
     ax.tick_params(axis="y", labelsize=7)
     ax.legend(loc="lower right", fontsize=8)
     fig.tight_layout()
