@@ -214,6 +214,11 @@ def test_inputs_whose_layout_the_config_does_not_say_are_found_by_running_the_mo
     ("chameleon", "ChameleonForConditionalGeneration",
      {"input_ids": (2, 10), "attention_mask": (2, 10), "pixel_values": (2, 3, 32, 32)}),
     ("emu3", "Emu3ForConditionalGeneration", {"input_ids": (2, 6), "attention_mask": (2, 6)}),
+    # codecs that take a waveform and its semantic model's features together, a frame a hop (X-Codec 2: 16
+    # frames of 320 samples); an adaptor whose width its validator ties to the text model's
+    ("xcodec2", "Xcodec2Model", {"input_values": (2, 1, 5120), "input_features": (2, 16, 160)}),
+    ("neucodec", "NeuCodecModel", {"input_values": (2, 1, 1600), "input_features": (2, 32, 160)}),
+    ("fun_asr_nano", "FunAsrNanoForConditionalGeneration", {"input_ids": (2, 6), "attention_mask": (2, 6)}),
 ])
 def test_models_the_matrix_could_not_build_or_feed_before_run_eagerly(model_type, class_name, shapes):
     """Each of these was cannot-build, no-inputs or eager-fails (issue 22); ``_eager`` is the worker's own path
@@ -614,3 +619,17 @@ def test_a_family_that_sizes_values_by_heads_keeps_one_key_value_head_per_head_w
     llama = build_model("llama", "LlamaForCausalLM")
     assert llama.config.num_key_value_heads < llama.config.num_attention_heads
     assert isinstance(llama.model.layers[0].self_attn.k_proj, torch.nn.Linear)
+
+
+def test_layouts_of_two_inputs_are_also_tried_together():
+    """A candidate with two tensors that each have layouts: each alone in its other layouts, then both changed at
+    once (a codec whose waveform must be mono while its features are transposed), each combination once."""
+    import torch
+
+    from hfexport.tools.matrix.media import variants
+
+    base = {"a": torch.zeros(1), "b": torch.zeros(2), "c": torch.zeros(3)}
+    layouts = {"a": lambda t: iter([t, t + 1]), "b": lambda t: iter([t, t + 1, t + 2])}
+    seen = [(float(v["a"][0]), float(v["b"][0])) for v in variants(base, layouts)]
+    assert seen[0] == (0, 0) and set(seen) == {(a, b) for a in (0, 1) for b in (0, 1, 2)}
+    assert len(seen) == len(set(seen)) == 6

@@ -50,9 +50,10 @@ class NoInputRecipe(Exception):
 
 
 def _find(config: Any, *names: str) -> Any:
-    """The first of ``names`` set on the config or on one of its vision/audio/encoder sub-configs."""
+    """The first of ``names`` set on the config or on one of its vision/audio/encoder sub-configs (a codec's
+    semantic model: X-Codec 2's mel features are its Wav2Vec2-BERT's)."""
     for cfg in (config, *(getattr(config, s, None) for s in ("vision_config", "audio_config", "encoder_config",
-                                                             "encoder", "backbone_config"))):
+                                                             "encoder", "backbone_config", "semantic_model_config"))):
         for name in names:
             value = getattr(cfg, name, None) if cfg is not None else None
             if value is not None:
@@ -402,6 +403,8 @@ def sample_inputs(model: Any, model_type: str, batch: int = 2, seq: int = 6,
     for name in required:  # media a text-first class also requires (PE Audio: input_ids and input_values)
         if name not in out and name in ("pixel_values", "input_values"):
             out[name] = _pixels(model, gen, batch) if name == "pixel_values" else _audio(gen, batch)
+        elif name not in out and name in _FEATURE_KEYS:  # a codec's semantic branch (X-Codec 2: waveform + mel)
+            out[name] = _features(model, gen, batch)
         elif name not in out and name.endswith("input_ids") and not (text_too and name == "input_ids"):
             out.update(_named_text(model, gen, batch, seq, params, name[: -len("input_ids")]))  # InstructBLIP's
     if hidden := [n for n in required if n not in out and _is_hidden_like(n)]:  # BLIP-2 Q-Former's query_embeds
@@ -428,6 +431,9 @@ def sample_inputs(model: Any, model_type: str, batch: int = 2, seq: int = 6,
     if main == "input_values" and 1920 < 16 * hop <= 160_000:  # a codec's 16 frames at its total stride
         long_audio, short = torch.randn(batch, 16 * hop, generator=gen), layouts["input_values"]
         layouts["input_values"] = lambda v: chain(short(v), audio_layouts(long_audio))
+        if isinstance(out.get("input_features"), torch.Tensor):  # its semantic branch's features: a frame a hop
+            frames = torch.randn(batch, 16, out["input_features"].shape[-1], generator=gen)
+            layouts["input_features"] = lambda f: chain(feature_layouts(f), feature_layouts(frames))
     if alias is not None and main in layouts:
         layouts[alias] = layouts[main]
     codebooks = _find(model.config, "num_codebooks")

@@ -19,6 +19,7 @@ Example:
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -53,16 +54,21 @@ def first_that_runs(model: Any, candidates: Iterator[dict[str, Any]]) -> dict[st
 def variants(base: dict[str, Any], layouts: dict[str, Callable[[torch.Tensor], Iterator[torch.Tensor]]],
              masks: Callable[[dict[str, Any]], Iterator[dict[str, Any]]] | None = None) -> Iterator[dict[str, Any]]:
     """``base``, then ``base`` with one tensor in each of its other layouts (``layouts[key](tensor)``, the first
-    being the tensor as it is); ``masks`` adds the required masks a candidate needs, in each way it may need them."""
+    being the tensor as it is), then, where two or more tensors have layouts (a codec's waveform and mel features),
+    their layouts together; ``masks`` adds the required masks a candidate needs, in each way it may need them."""
     def with_masks(candidate: dict[str, Any]) -> Iterator[dict[str, Any]]:
         yield from (masks(candidate) if masks else [candidate])
 
     yield from with_masks(base)
-    for key, layouts_of in layouts.items():
-        if isinstance(base.get(key), torch.Tensor):
-            for i, tensor in enumerate(layouts_of(base[key])):
-                if i:
-                    yield from with_masks({**base, key: tensor})
+    present = {key: list(layouts_of(base[key])) for key, layouts_of in layouts.items()
+               if isinstance(base.get(key), torch.Tensor)}
+    for key, tensors in present.items():
+        for tensor in tensors[1:]:
+            yield from with_masks({**base, key: tensor})
+    if len(present) > 1:
+        for combination in itertools.islice(itertools.product(*present.values()), 64):
+            if sum(t is not present[k][0] for k, t in zip(present, combination)) > 1:  # (one apart: yielded above)
+                yield from with_masks({**base, **dict(zip(present, combination))})
 
 
 def _int(value: Any, default: int) -> int:

@@ -60,6 +60,12 @@ OVERRIDES: dict[str, dict[str, Any]] = {
     "granitemoehybrid": {"layer_types": ["linear_attention", "full_attention"]},
     # no layer types by default, which its decoder layers index: one short-convolution and one attention layer
     "lfm2_moe": {"layer_types": ["conv", "full_attention"]},
+    # the acoustic encoder's width doubles at each of its 5 downsampling blocks from encoder_hidden_size (48: 1536
+    # channels at the end, 35M parameters); the quantizer reads the acoustic and semantic widths side by side
+    # (its attention does not run grouped)
+    "xcodec2": {"encoder_hidden_size": 8, "quantization_dim": 2 * HIDDEN, "num_key_value_heads": HEADS},
+    "neucodec": {"encoder_hidden_size": 8, "quantization_dim": 2 * HIDDEN, "num_key_value_heads": HEADS},
+    "fun_asr_nano": {"adaptor_config": {"intermediate_size": HIDDEN // 4}},  # its validator: text hidden // 4
     "chameleon": {"vocabulary_map": _CHAMELEON_VOCAB, "vq_config": {"num_embeddings": _IMAGE_CODES}},
     "emu3": {"vocabulary_map": _EMU3_VOCAB, "vq_config": {"codebook_size": _IMAGE_CODES}},
     "deepseek_ocr2": {"text_config": {"mlp_layer_types": ["dense", "sparse"]}},  # unset by default, indexed per layer
