@@ -219,6 +219,8 @@ def test_inputs_whose_layout_the_config_does_not_say_are_found_by_running_the_mo
     ("xcodec2", "Xcodec2Model", {"input_values": (2, 1, 5120), "input_features": (2, 16, 160)}),
     ("neucodec", "NeuCodecModel", {"input_values": (2, 1, 1600), "input_features": (2, 32, 160)}),
     ("fun_asr_nano", "FunAsrNanoForConditionalGeneration", {"input_ids": (2, 6), "attention_mask": (2, 6)}),
+    # an optional features mask its encoder sums (None by default): ones over the frames
+    ("audioflamingo3_encoder", "AudioFlamingo3Encoder", {"input_features": (2, 8, 32), "input_features_mask": (2, 32)}),
 ])
 def test_models_the_matrix_could_not_build_or_feed_before_run_eagerly(model_type, class_name, shapes):
     """Each of these was cannot-build, no-inputs or eager-fails (issue 22); ``_eager`` is the worker's own path

@@ -441,7 +441,9 @@ def sample_inputs(model: Any, model_type: str, batch: int = 2, seq: int = 6,
         layouts["input_ids"] = lambda ids: iter((ids, ids.repeat_interleave(codebooks, dim=0)))
     feature_key = main if main in _FEATURE_KEYS else "input_features"
     mel = _find(model.config, "num_mel_bins")
-    masks = feature_masks(required, mel, feature_key)
+    # every mask of the features the forward takes, optional ones too: Audio Flamingo 3's encoder sums its
+    # input_features_mask, None by default
+    masks = feature_masks(list(params), mel, feature_key)
     if main in _FEATURE_KEYS and not _find(model.config, *_FEATURE_SIZES):  # no size named: 80 bins too
         layouts[main] = lambda f: chain(feature_layouts(f), feature_layouts(f[..., : _MEL_BINS[1]].contiguous()))
     with_text = None
