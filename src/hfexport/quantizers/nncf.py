@@ -271,16 +271,9 @@ def _openvino_int8_weight_only(model: Any, names: set[str]) -> None:
     import openvino as ov
     import openvino.opset13 as ops
 
-    for op in model.get_ordered_ops():
-        if op.get_type_name() != "MatMul" or op.get_friendly_name() not in names:
-            continue
-        port = op.input(1)
-        source = port.get_source_output().get_node()
-        if source.get_type_name() != "Constant" or source.get_element_type() != ov.Type.f32:
-            continue
-        weight = source.get_data()
-        if weight.ndim != 2:
-            continue
+    from .openvino_weights import float_matmul_weights
+
+    for op, port, source, weight in list(float_matmul_weights(model, names.__contains__)):
         axis = 1 if op.get_transpose_b() else 0  # the reduced (input) axis
         scale = np.abs(weight).max(axis=axis, keepdims=True) / 127.0
         scale = np.where(scale == 0, 1.0, scale).astype(np.float32)

@@ -149,20 +149,13 @@ def compress_groups(model: Any, bits: int, group_size: int, skip: set[str] = fro
 
     element = ov.Type.f16 if parameter_type == "f16" else ov.Type.f32
     numpy_type = np.float16 if parameter_type == "f16" else np.float32
+    from .openvino_weights import float_matmul_weights
+
     replaced: dict[str, Any] = {}  # a constant two MatMuls share is compressed once
     count = 0
-    for op in model.get_ordered_ops():
-        if op.get_type_name() != "MatMul" or op.get_friendly_name() in skip:
-            continue
-        port = op.input(1)
-        source = port.get_source_output().get_node()
-        if source.get_type_name() != "Constant" or source.get_element_type() != ov.Type.f32:
-            continue
+    for op, port, source, weight in list(float_matmul_weights(model, lambda name: name not in skip)):
         key = source.get_friendly_name()
         if key not in replaced:
-            weight = source.get_data()
-            if weight.ndim != 2:
-                continue
             rows_first = op.get_transpose_b()  # [out, in] as torch's Linear stores it
             # contiguous: openvino 2026.3 makes a strided float16 array an i16 constant
             matrix = np.ascontiguousarray(weight if rows_first else weight.T)
