@@ -216,8 +216,11 @@ def test_inputs_whose_layout_the_config_does_not_say_are_found_by_running_the_mo
     ("emu3", "Emu3ForConditionalGeneration", {"input_ids": (2, 6), "attention_mask": (2, 6)}),
     # codecs that take a waveform and its semantic model's features together, a frame a hop (X-Codec 2: 16
     # frames of 320 samples); an adaptor whose width its validator ties to the text model's
-    ("xcodec2", "Xcodec2Model", {"input_values": (2, 1, 5120), "input_features": (2, 16, 160)}),
-    ("neucodec", "NeuCodecModel", {"input_values": (2, 1, 1600), "input_features": (2, 32, 160)}),
+    # (with ones over the frames for their optional input_features_mask)
+    ("xcodec2", "Xcodec2Model",
+     {"input_values": (2, 1, 5120), "input_features": (2, 16, 160), "input_features_mask": (2, 16)}),
+    ("neucodec", "NeuCodecModel",
+     {"input_values": (2, 1, 1600), "input_features": (2, 32, 160), "input_features_mask": (2, 32)}),
     ("fun_asr_nano", "FunAsrNanoForConditionalGeneration", {"input_ids": (2, 6), "attention_mask": (2, 6)}),
     # an optional features mask its encoder sums (None by default): ones over the frames
     ("audioflamingo3_encoder", "AudioFlamingo3Encoder", {"input_features": (2, 8, 32), "input_features_mask": (2, 32)}),

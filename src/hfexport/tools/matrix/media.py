@@ -167,13 +167,12 @@ def feature_layouts(features: torch.Tensor) -> Iterator[torch.Tensor]:
         yield features.transpose(1, 2).contiguous()
 
 
-def feature_masks(required: list[str], mel: int | None = None,
+def feature_masks(parameters: list[str], mel: int | None = None,
                   key: str = "input_features") -> Callable[[dict[str, Any]], Iterator[dict[str, Any]]]:
-    """Adds each ``*_mask`` of the features ``key`` (``input_features``, Gemma 3n's ``audio_mel``) named in ``required``
-    (the forward's parameters) as ones
-    over the frames: the axis that is not the ``mel`` bins, else the last axis, then the middle one (the layout
-    decides)."""
-    names = [n for n in required if n.endswith("_mask") and n.startswith(key)]
+    """Adds each ``*_mask`` of the features ``key`` (``input_features``, Gemma 3n's ``audio_mel``) among the forward's
+    ``parameters`` as ones over the frames: the axis that is not the ``mel`` bins, else the last axis, then the
+    middle one (the layout decides)."""
+    names = [n for n in parameters if n.endswith("_mask") and n.startswith(key)]
 
     def masks(candidate: dict[str, Any]) -> Iterator[dict[str, Any]]:
         features = candidate.get(key)
