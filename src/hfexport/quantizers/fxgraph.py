@@ -14,7 +14,7 @@ from torch.export import Dim, ShapesCollection
 
 from ..pytrees import tensor_leaves
 
-__all__ = ["graph_module", "reexport", "traced_keys", "drop_unused_weights", "module_path"]
+__all__ = ["graph_module", "reexport", "traced_keys", "drop_unused_weights", "module_path", "module_paths"]
 
 
 def module_path(node: torch.fx.Node) -> str:
@@ -26,6 +26,12 @@ def module_path(node: torch.fx.Node) -> str:
         return ""
     path = list(stack.values())[-1][0]
     return re.sub(r"^L\['self'\]\.?|^L__self__\.?", "", str(path))
+
+
+def module_paths(program: torch.export.ExportedProgram) -> dict[str, str]:
+    """Each FX node's name -> :func:`module_path`: what a quantizer of the converted model reads the modules from
+    (OpenVINO's frontend names each op after its FX node)."""
+    return {node.name: module_path(node) for node in program.graph.nodes}
 
 
 def graph_module(program: torch.export.ExportedProgram) -> torch.fx.GraphModule:

@@ -182,9 +182,9 @@ class NNCFOpenVINOQuantizer(_NNCFQuantizer):
 
     def read_program(self, program: Any) -> None:
         """The module path of each FX node: the PyTorch frontend names an op after its node (``linear_6/...``)."""
-        from .fxgraph import module_path
+        from .fxgraph import module_paths
 
-        self._module_paths = {node.name: module_path(node) for node in program.graph.nodes}
+        self._module_paths = module_paths(program)
 
     def quantize(self, model: Any, sample_inputs: dict[str, Any], export_format: ExportFormat) -> Any:
         keys = [k for k in sample_inputs if _is_traced_key(k)]

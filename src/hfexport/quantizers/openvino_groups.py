@@ -95,9 +95,9 @@ class GroupWeightOpenVINOQuantizer(ExportQuantizer):
                 "weights group-wise (its fast kernels take integer zero points only)")
 
     def read_program(self, program: Any) -> None:
-        from .fxgraph import module_path
+        from .fxgraph import module_paths
 
-        self._module_paths = {node.name: module_path(node) for node in program.graph.nodes}
+        self._module_paths = module_paths(program)
 
     def quantize(self, model: Any, sample_inputs: dict[str, Any], export_format: ExportFormat) -> Any:
         import nncf
@@ -147,10 +147,10 @@ def compress_groups(model: Any, bits: int, group_size: int, skip: set[str] = fro
     import openvino as ov
     import openvino.opset13 as ops
 
-    element = ov.Type.f16 if parameter_type == "f16" else ov.Type.f32
-    numpy_type = np.float16 if parameter_type == "f16" else np.float32
     from .openvino_weights import float_matmul_weights
 
+    element = ov.Type.f16 if parameter_type == "f16" else ov.Type.f32
+    numpy_type = np.float16 if parameter_type == "f16" else np.float32
     replaced: dict[str, Any] = {}  # a constant two MatMuls share is compressed once
     count = 0
     for op, port, source, weight in list(float_matmul_weights(model, lambda name: name not in skip)):
