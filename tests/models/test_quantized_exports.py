@@ -167,9 +167,10 @@ def test_matmul_nbits_quantizes_every_weight_and_keeps_the_fused_attention(name,
                                                                            tmp_path):
     """ort-int4 / ort-int8 on a static-cache, multi-token-decode export fused for ONNX Runtime's CPU kernels: every
     MatMul with a constant weight (the packed QKV and gate/up, o_proj, down_proj) is a MatMulNBits of that many bits
-    in blocks of 32 (int4) or 16 (int8) with accuracy_level 4, symmetric, the lm_head one of 8 bits; the embedding a 4-bit
-    GatherBlockQuantized (int4) or an int8 table gathered before dequantizing (int8); GroupQueryAttention is still there; the saved weights shrink; the
-    export's own decode loop keeps eager's top-1."""
+    in blocks of 32 (int4) or 16 (int8) with accuracy_level 4, symmetric (the fast kernel), the lm_head one of 8 bits;
+    at 4 bits each of the others also has its HQQ block offsets as a MatMul of its input's block sums ([K / 32, N]);
+    the embedding an int8 table gathered before dequantizing; GroupQueryAttention is still there; the saved weights
+    shrink; the export's own decode loop keeps eager's top-1."""
     import onnx
 
     case, model, sequence, _ = llama
@@ -181,9 +182,20 @@ def test_matmul_nbits_quantizes_every_weight_and_keeps_the_fused_attention(name,
     ops = [n.op_type for n in graph.node]
     layers = model.config.num_hidden_layers
     assert ops.count("GroupQueryAttention") == layers
-    assert not [n for n in graph.node if n.op_type in ("MatMul", "FusedMatMul") and n.input[1] in initializers]
+    producers = {o: n for n in graph.node for o in n.output}
+    float_products = [n for n in graph.node if n.op_type in ("MatMul", "FusedMatMul") and n.input[1] in initializers]
+    assert all(producers[n.input[0]].op_type == "ReduceSum" for n in float_products)  # only block offsets
     nbits = [n for n in graph.node if n.op_type == "MatMulNBits"]
     assert len(nbits) == 4 * layers + 1  # packed qkv, o_proj, packed gate/up, down_proj; lm_head
+    assert len(float_products) == (4 * layers if bits == 4 else 0)
+    shapes = {i.name: list(i.dims) for i in graph.initializer}
+    for product in float_products:  # added to the MatMulNBits of the same input: [K / 32, N] offsets
+        (add,) = [n for n in graph.node if n.op_type == "Add" and product.output[0] in n.input]
+        kernel = producers[next(i for i in add.input if i != product.output[0])]
+        attributes = {a.name: onnx.helper.get_attribute_value(a) for a in kernel.attribute}
+        reshape = producers[producers[product.input[0]].input[0]]  # ReduceSum(Reshape(x))
+        assert kernel.op_type == "MatMulNBits" and kernel.input[0] == reshape.input[0]
+        assert shapes[product.input[1]] == [attributes["K"] // 32, attributes["N"]]
     outputs = {o.name for o in graph.output}
     for node in nbits:
         attributes = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
@@ -198,8 +210,8 @@ def test_matmul_nbits_quantizes_every_weight_and_keeps_the_fused_attention(name,
         next(n.input[0] for n in graph.node if n.op_type in ("Gather", "GatherBlockQuantized") and n.input[0]
              in initializers and list({i.name: i for i in graph.initializer}[n.input[0]].dims) == [vocab, hidden])
     )
-    assert table.data_type == (onnx.TensorProto.INT4 if bits == 4 else onnx.TensorProto.INT8)  # the embedding
-    assert ops.count("GatherBlockQuantized") == (1 if bits == 4 else 0)
+    assert table.data_type == onnx.TensorProto.INT8  # the embedding
+    assert ops.count("GatherBlockQuantized") == 0
     floats = [i.name for i in graph.initializer if i.data_type == onnx.TensorProto.FLOAT and vocab in i.dims
               and hidden in i.dims]
     assert not floats  # no float copy of either left behind

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["gather_before_dequantize"]
+__all__ = ["gather_before_dequantize", "add_initializer"]
 
 
 def _per_row_dequantize(node: Any) -> tuple[Any, Any, Any] | None:
@@ -59,7 +59,8 @@ def _transposed_twin(graph: Any, codes: Any, scale: Any, zero: Any) -> tuple[Any
     return None
 
 
-def _constant(graph: Any, name: str, data: np.ndarray) -> Any:
+def add_initializer(graph: Any, name: str, data: np.ndarray) -> Any:
+    """``data`` registered as the initializer ``name`` of ``graph``; its value."""
     import onnx_ir as ir
 
     value = ir.Value(name=name, shape=ir.Shape(data.shape), type=ir.TensorType(ir.DataType.from_numpy(data.dtype)),
@@ -102,7 +103,7 @@ def gather_before_dequantize(model: Any) -> int:
             rows = add("Transpose", [add("Gather", [codes, ids], axis=1)], perm=[*range(1, rank + 1), 0])
         else:
             rows = add("Gather", [codes, ids], axis=0)
-        last_axis = _constant(graph, f"{tag}_last_axis", np.array([-1], dtype=np.int64))
+        last_axis = add_initializer(graph, f"{tag}_last_axis", np.array([-1], dtype=np.int64))
         float_type = scale.const_value.dtype
         values = add("Cast", [rows], to=float_type)
         if zero is not None:

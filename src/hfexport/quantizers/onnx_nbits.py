@@ -57,6 +57,7 @@ def _quantize_nbits(model: Any, config: Any) -> Any:
     from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
 
     from .onnx_gather import gather_before_dequantize
+    from .onnx_offsets import split_float_zero_points
     from .onnx_weights import int8_weight_only, nodes_in_modules
 
     op_types = tuple(config.op_types_to_quantize)
@@ -84,6 +85,8 @@ def _quantize_nbits(model: Any, config: Any) -> Any:
             source, target = target, source
         quantized = ir.load(source)
         load_in_memory(quantized)  # before the temporary directory goes
+    if config.split_zero_points:
+        split_float_zero_points(quantized)
     if config.accuracy_level is not None:  # HQQ's config takes none
         for node in quantized.graph:
             if node.op_type == "MatMulNBits" and "accuracy_level" not in node.attributes:

@@ -66,7 +66,11 @@ class OnnxRuntimeWeightOnlyConfig(LibraryArguments):
 
     ``algorithm``: ``"DEFAULT"`` (round to nearest in each block) or ``"HQQ"`` (half-quadratic optimisation of each
     block's scale and zero point, data-free; asymmetric, MatMul only: more accurate than rounding, but its float
-    zero points run on ONNX Runtime's slow MatMulNBits path, about 9x slower on CPU). ``int8_modules``: regular expressions
+    zero points run on ONNX Runtime's slow MatMulNBits path, about 50x slower per product on CPU, unless
+    ``split_zero_points``). ``split_zero_points`` (HQQ only): keep each product on ``MatMulNBits``' fast kernel
+    without zero points and add the blocks' float offsets as a separate product of the input's block sums, a
+    thirty-second of the weight's size at blocks of 32 (:mod:`~hfexport.quantizers.onnx_offsets`).
+    ``int8_modules``: regular expressions
     (``re.search``) over module paths (``lm_head``) whose MatMuls get 8 bits instead of ``bits`` (round to nearest).
 
     Example:
@@ -81,6 +85,7 @@ class OnnxRuntimeWeightOnlyConfig(LibraryArguments):
     op_types_to_quantize: tuple[str, ...] = ("MatMul", "Gather")
     nodes_to_exclude: list[str] | None = None
     int8_modules: tuple[str, ...] = ()
+    split_zero_points: bool = False
 
     def __post_init__(self) -> None:
         if self.bits not in (4, 8):
@@ -89,6 +94,12 @@ class OnnxRuntimeWeightOnlyConfig(LibraryArguments):
             raise ValueError(f"OnnxRuntimeWeightOnlyConfig(block_size={self.block_size}): a power of two >= 16")
         if self.algorithm not in ("DEFAULT", "HQQ"):
             raise ValueError(f"OnnxRuntimeWeightOnlyConfig(algorithm={self.algorithm!r}): 'DEFAULT' or 'HQQ'")
+        if self.split_zero_points and self.algorithm != "HQQ":
+            raise ValueError(
+                "OnnxRuntimeWeightOnlyConfig(split_zero_points=True) splits HQQ's float zero points; with "
+                f"algorithm={self.algorithm!r} the zero points are integers MatMulNBits' fast kernels take: use "
+                "algorithm='HQQ'"
+            )
 
 
 class OnnxRuntimeQuantizer(ExportQuantizer):

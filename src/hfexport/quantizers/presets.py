@@ -13,8 +13,10 @@ Each recipe picks, for an export format, the quantizer and settings that serve i
 ``ort-int8``   ONNX Runtime ``MatMulNBits`` (``MatMulNBitsQuantizer``): int8 weights in blocks of 16, symmetric,
                ``accuracy_level=4`` (int8 activations inside the kernel); every MatMul, the tied lm_head included,
                and the embedding (int8 per row, only the looked-up rows dequantized). No calibration (ONNX only)
-``ort-int4``   4 bits in blocks of 32 (round to nearest, symmetric), the lm_head 8 bits (NNCF's backup precision for
-               the last layer), the embedding as ``GatherBlockQuantized`` (int4, blocks of 32)
+``ort-int4``   4 bits in blocks of 32, HQQ codes with float zero points (ONNX Runtime's data-free HQQ solver), run as
+               the fast symmetric ``MatMulNBits`` plus each block's float offset as a small product of the input's
+               block sums (``split_zero_points``); the lm_head 8 bits (NNCF's backup precision for the last layer),
+               the embedding int8 per row
 ``nncf-int8``  NNCF ``quantize`` (int8 weights and activations, SmoothQuant alpha 0.5) on the converted ONNX /
                OpenVINO model; on the FX graph (Dynamo, ExecuTorch) NNCF int8 weight-only compression
 ``nncf-int8-weights``  NNCF int8 weight-only compression (one scale per output channel, data-free) on the
@@ -124,14 +126,17 @@ def recipe(name: str, export_format: ExportFormat | str, calibration: Iterable[d
         # one graph over the 4 evaluation / 4 held-out prompts: round-to-nearest symmetric 74 / 69 %, + lm_head int8
         # 75 / 73 %, asymmetric + lm_head int8 75 / 78 %; HQQ + lm_head int8 98 / 99 %, but HQQ's float zero points
         # take MatMulNBits off its fast path (125 ms against 14 ms a token; 7.7 decode tok/s, 0.64x eager), and
-        # rounding them to int4 gives back the round-to-nearest figures (75 / 76 %). benchmarks/RESULTS_QUANTIZED.md
+        # rounding them to int4 gives back the round-to-nearest figures (75 / 76 %). Split off as block offsets
+        # (onnx_offsets.py), through the fused decode loop: 97.7 / 94.9 % at 2.37x the fused fp32 export's decode
+        # (round to nearest: 76.2 / 73.8 % at 2.81x), 0.261x of the fp32 weights. benchmarks/RESULTS_QUANTIZED.md
         if name == "ort-int8":
             # blocks of 16: SmolLM2 through the fused decode loop, top-1 on the evaluation prompts (on which this
             # was chosen) 97.7 % against 97.3 % for blocks of 32 and 95.7 % asymmetric (held-out: 96.9 / 94.5 /
             # 96.1 %); decode 2.01x the fused fp32 export against 2.39x, 0.366x of the fp32 weights against 0.335x
             config = OnnxRuntimeWeightOnlyConfig(bits=8, block_size=16)
         else:
-            config = OnnxRuntimeWeightOnlyConfig(bits=4, int8_modules=LM_HEAD_MODULES)
+            config = OnnxRuntimeWeightOnlyConfig(bits=4, algorithm="HQQ", split_zero_points=True,
+                                                 int8_modules=LM_HEAD_MODULES)
         quantizer = OnnxRuntimeQuantizer(config)
     elif name == "torchao-8da4w":
         quantizer = _torchao_8da4w()
