@@ -89,6 +89,43 @@ def test_layers_that_do_not_fit_the_groups_or_are_excluded_stay_float():
     assert quantizer.to_dict()["module_configs"] == {r"^1$": None}
 
 
+def test_float_zero_points_keep_a_q4_1_grid_that_symmetric_int4_loses():
+    """A weight on llama.cpp's Q4_1 grid (per group of 32 inputs, q * d + m with a float offset m): with
+    float_zero_points the linear becomes a GroupOffsetLinear, symmetric 4-bit codes with HQQ's scales in torchao's
+    tensor plus the groups' float offsets, and its weight comes back almost exactly; the symmetric int4 of the same
+    config (HQQ's scale-only fit) cannot hold the offsets."""
+    from torchao.quantization import Int8DynamicActivationIntxWeightConfig, IntxUnpackedToInt8Tensor, PerGroup
+
+    from hfexport.quantizers.torchao import TorchAOQuantizer
+    from hfexport.quantizers.torchao_offsets import GroupOffsetLinear
+
+    generator = torch.Generator().manual_seed(0)
+    source = torch.randn(64, 4, 32, generator=generator) * 0.05
+    low, high = source.amin(-1, keepdim=True), source.amax(-1, keepdim=True)
+    d, m = ((high - low) / 15).half().float(), low.half().float()
+    weight = (((source - m) / d).round().clamp(0, 15) * d + m).reshape(64, 128)
+    model = torch.nn.Sequential(torch.nn.Linear(128, 64, bias=False))
+    with torch.no_grad():
+        model[0].weight.copy_(weight)
+    config = Int8DynamicActivationIntxWeightConfig(weight_dtype=torch.int4, weight_granularity=PerGroup(32),
+                                                   intx_choose_qparams_algorithm="hqq_scale_only")
+    split = TorchAOQuantizer(config, float_zero_points=True).quantize_module(model, {}, ExportFormat.EXECUTORCH)
+    plain = TorchAOQuantizer(config).quantize_module(model, {}, ExportFormat.EXECUTORCH)
+    assert isinstance(split[0], GroupOffsetLinear) and not isinstance(plain[0], GroupOffsetLinear)
+    codes = split[0].linear.weight
+    assert isinstance(codes, IntxUnpackedToInt8Tensor) and -8 <= int(codes.qdata.min()) <= int(codes.qdata.max()) <= 7
+    assert int(codes.zero_point.abs().max()) == 0  # symmetric: what XNNPACK's qb4w kernel takes
+    offsets = split[0].offsets.repeat_interleave(32, dim=1)
+    split_error = float((codes.dequantize() + offsets - weight).abs().max())
+    plain_error = float((plain[0].weight.dequantize() - weight).abs().max())
+    assert split_error * 20 < plain_error, (split_error, plain_error)
+    x = torch.randn(3, 128, generator=generator)
+    with torch.no_grad():  # the forward adds the offsets (its input quantized to int8 per token in both)
+        exact = x @ weight.T
+        assert float((split(x) - exact).abs().max()) * 3 < float((plain(x) - exact).abs().max())
+    assert TorchAOQuantizer(config, float_zero_points=True).to_dict()["float_zero_points"] is True
+
+
 class _ZeroLmHead(ExportQuantizer):
     """A quantizer of the eager module that zeroes the lm_head of its copy, counting its calls."""
 

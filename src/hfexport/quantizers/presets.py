@@ -90,6 +90,7 @@ TORCHAO_QPARAMS = "hqq_scale_only"
 TORCHAO_LM_HEAD = "int8"
 TORCHAO_INT8_DOWN = True
 TORCHAO_EMBEDDING = "int8"
+TORCHAO_FLOAT_ZERO_POINTS = True
 
 
 def recipe(name: str, export_format: ExportFormat | str, calibration: Iterable[dict] | None = None) -> ExportQuantizer:
@@ -215,7 +216,8 @@ def _torchao_8da4w() -> ExportQuantizer:
     modules = {LM_HEAD_MODULES[0]: lm_head}
     if TORCHAO_INT8_DOWN:
         modules[DOWN_PROJ_MODULES[0]] = int8
-    return TorchAOQuantizer(linears, module_configs=modules, embedding_config=embedding)
+    return TorchAOQuantizer(linears, module_configs=modules, embedding_config=embedding,
+                            float_zero_points=TORCHAO_FLOAT_ZERO_POINTS)
 
 
 def _nncf(name: str, fmt: Any, calibration: Iterable[dict] | None) -> ExportQuantizer:

@@ -47,6 +47,10 @@ class TorchAOQuantizer(ExportQuantizer):
             The first matching pattern wins.
         embedding_config: A weight-only config (``IntxWeightOnlyConfig``) for the ``nn.Embedding`` layers; ``None``
             (the default) keeps them float. A weight tied to a quantized layer is untied: each gets its own copy.
+        float_zero_points: The linears whose config is int8-dynamic-activation x int4-weight in groups get HQQ's
+            codes, scales and float zero points: the symmetric codes in torchao's tensor (XNNPACK's 4-bit kernel
+            takes no zero point) and each group's float offset as a small float product of the input's group sums
+            (:mod:`~hfexport.quantizers.torchao_offsets`), the module wrapped in a ``GroupOffsetLinear``.
 
     Example:
         >>> from torchao.quantization import Int8DynamicActivationIntxWeightConfig, PerGroup
@@ -66,6 +70,7 @@ class TorchAOQuantizer(ExportQuantizer):
         *,
         module_configs: Mapping[str, Any] | None = None,
         embedding_config: Any = None,
+        float_zero_points: bool = False,
     ):
         super().__init__(None)
         if config is None or not hasattr(config, "__dataclass_fields__"):
@@ -77,6 +82,7 @@ class TorchAOQuantizer(ExportQuantizer):
         self.filter_fn = filter_fn
         self.module_configs = dict(module_configs or {})
         self.embedding_config = embedding_config
+        self.float_zero_points = float_zero_points
 
     def unsupported_hint(self, export_format: ExportFormat | str) -> str:
         return (
@@ -112,6 +118,8 @@ class TorchAOQuantizer(ExportQuantizer):
 
         quantized = copy.deepcopy(module)
         plan = self.plan(quantized)
+        if self.float_zero_points:
+            plan = self._split_float_zero_points(quantized, plan)
         # one quantize_ call per distinct config, each over the modules planned for it
         for config in {id(c): c for c in plan.values()}.values():
             with torch.no_grad():
@@ -122,12 +130,32 @@ class TorchAOQuantizer(ExportQuantizer):
         logger.info("torchao: %s", ", ".join(f"{n} layers {name}" for name, n in counts.items()) or "no layer")
         return quantized
 
+    @staticmethod
+    def _split_float_zero_points(module: torch.nn.Module, plan: dict[str, Any]) -> dict[str, Any]:
+        """The planned int4 linears quantized with HQQ's float zero points split off (torchao_offsets), in place;
+        the plan of the modules left to ``quantize_``."""
+        from .torchao_offsets import split_float_zero_points, takes_float_zero_points
+
+        left = {}
+        for fqn, config in plan.items():
+            if not takes_float_zero_points(config):
+                left[fqn] = config
+                continue
+            parent_name, _, name = fqn.rpartition(".")
+            parent = module.get_submodule(parent_name)
+            with torch.no_grad():
+                setattr(parent, name, split_float_zero_points(getattr(parent, name), config))
+        logger.info("torchao: %d int4 layers with HQQ float zero points split off", len(plan) - len(left))
+        return left
+
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"type": type(self).__name__, "calibrated": False, "config": _describe(self.config)}
         if self.module_configs:
             out["module_configs"] = {p: None if c is None else _describe(c) for p, c in self.module_configs.items()}
         if self.embedding_config is not None:
             out["embedding_config"] = _describe(self.embedding_config)
+        if self.float_zero_points:
+            out["float_zero_points"] = True
         if self.filter_fn is not None:
             out["filter_fn"] = getattr(self.filter_fn, "__qualname__", repr(self.filter_fn))
         return out
