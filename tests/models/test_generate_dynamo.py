@@ -310,3 +310,28 @@ def test_an_encoder_decoder_with_sliding_window_layers_generates_past_the_captur
     with torch.no_grad():
         want = model.generate(**inputs, max_new_tokens=12, do_sample=False)
     assert torch.equal(exported.generate(**inputs, max_new_tokens=12), want)
+
+
+def test_cpmant_exports_for_any_prompt_length():
+    # CpmAntModel._prepare_attention_mask builds a Python list as long as the sequence: the export was pinned to the
+    # traced length ("dim 1 is static at 6"); the workaround builds the same mask with torch.arange
+    from hfexport.tools.matrix.inputs import sample_inputs
+    from hfexport.tools.matrix.shrink import build_model
+    from hfexport.workarounds.models.cpmant import _prepare_attention_mask
+
+    torch.manual_seed(0)
+    model = build_model("cpmant", "CpmAntForCausalLM").eval()
+    inner = model.cpmant
+    ids = torch.tensor([[0, 0, 5, 6, 7, 8, 9], [3, 4, 5, 6, 7, 8, 9]], dtype=torch.int32)
+    length = (ids != 0).sum(-1).to(torch.int32)
+    full = torch.cat((torch.zeros(2, inner.prompt_length, dtype=torch.int32), ids), dim=1)
+    span, context = torch.zeros_like(full), torch.ones_like(full)
+    assert torch.equal(_prepare_attention_mask(inner, full, span, context, length),
+                       inner._prepare_attention_mask(full, span, context, length))
+    exported = DynamoExporter().export(model, sample_inputs(model, "cpmant", batch=2, seq=6), DynamoConfig(dynamic=True))
+    inputs = sample_inputs(model, "cpmant", batch=2, seq=9)
+    with torch.no_grad():
+        want = model(**inputs).logits
+    got = exported(**inputs).logits
+    assert got.shape == want.shape and float((got - want).abs().max()) <= 1e-4
+    assert "cpmant-dynamic-mask-length" in exported.components["model"].metadata.workarounds
