@@ -54,6 +54,7 @@ PAIRS = [
     ("nncf-int4", "openvino"), ("hqq-int4", "openvino"), ("int8-groups", "openvino"),
     (None, "dynamo"), ("pt2e-int8", "dynamo"), ("nncf-int8", "dynamo"), ("nncf-int4", "dynamo"),
     (None, "executorch"), ("pt2e-int8", "executorch"), ("nncf-int8", "executorch"),  # (nncf-int4: refused there)
+    ("torchao-8da4w", "executorch"),
 ]
 QUICK = [("ort-dynamic", "onnx"), ("nncf-int8", "openvino")]
 # "onnx+fused": the ONNX export with ort_fusions="cpu" (GroupQueryAttention, RotaryEmbedding, SkipSimplified-
@@ -61,11 +62,12 @@ QUICK = [("ort-dynamic", "onnx"), ("nncf-int8", "openvino")]
 # which the MatMulNBits recipes quantize
 FUSED_PAIRS = [(None, "onnx+fused"), ("ort-int8", "onnx+fused"), ("ort-int4", "onnx+fused")]
 PAIRS += FUSED_PAIRS
-# the decode-speed artifacts: int8 / int4 on ONNX Runtime and OpenVINO, each with its fp32 reference
+# the decode-speed artifacts: int8 / int4 on ONNX Runtime, OpenVINO and ExecuTorch, each with its fp32 reference
 DECODE_PAIRS = [
     (None, "onnx"), ("ort-dynamic", "onnx"), *FUSED_PAIRS,
     (None, "openvino"), ("nncf-int8", "openvino"), ("nncf-int8-weights", "openvino"), ("nncf-int4", "openvino"),
     ("hqq-int4", "openvino"), ("int8-groups", "openvino"),
+    (None, "executorch"), ("torchao-8da4w", "executorch"),
 ]
 BITS = {None: 32, "nncf-int4": 4, "ort-int4": 4, "hqq-int4": 4, "torchao-8da4w": 4}  # every other recipe: 8 (8da4w: 4-bit linears)
 
@@ -343,7 +345,7 @@ def _decode_markdown(report: dict[str, Any]) -> list[str]:
     eager = results["eager"]["decode_tok_s"]
     best = fastest_fp32(results)
     lines = [
-        "## Decode speed (int8 and int4 on ONNX Runtime and OpenVINO)",
+        "## Decode speed (int8 and int4 on ONNX Runtime, OpenVINO and ExecuTorch)",
         "",
         f"`python benchmarks/bench_quantized.py --artifacts DIR --decode-only`: SmolLM2-135M, batch 1, greedy, "
         f"{report['new_tokens']} new tokens after a {report['prompt_tokens']}-token prompt, static cache "
