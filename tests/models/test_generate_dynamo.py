@@ -335,3 +335,20 @@ def test_cpmant_exports_for_any_prompt_length():
     got = exported(**inputs).logits
     assert got.shape == want.shape and float((got - want).abs().max()) <= 1e-4
     assert "cpmant-dynamic-mask-length" in exported.components["model"].metadata.workarounds
+
+
+def test_an_encoder_decoder_gets_the_inputs_its_decoder_was_traced_with_at_every_step():
+    """UDOP's prepare_inputs_for_generation passes the layout boxes (bbox) to every decoder call, so its decoder
+    graphs take them: generate() passed the encoder's mask only ("missing inputs ['bbox']")."""
+    from hfexport.tools.matrix.inputs import sample_inputs
+    from hfexport.tools.matrix.shrink import build_model
+
+    torch.manual_seed(0)
+    model = build_model("udop", "UdopForConditionalGeneration")
+    exported = DynamoExporter().export_for_generation(model, sample_inputs(model, "udop", seq=6, for_generation=True),
+                                                      DynamoConfig(dynamic=True))
+    assert exported.components["decode"].metadata.kwargs["bbox"].fed
+    inputs = sample_inputs(model, "udop", seq=9, for_generation=True)
+    with torch.no_grad():
+        want = model.generate(**copy.deepcopy(inputs), max_new_tokens=8, do_sample=False)
+    assert torch.equal(exported.generate(**inputs, max_new_tokens=8), want)

@@ -21,6 +21,10 @@ from .loop import Component, slot_masks, decode_loop
 
 __all__ = ["generate_encoder_decoder", "forward_once"]
 
+# the decoder graphs' inputs this module makes itself at each step
+_DECODER_MADE = ("decoder_input_ids", "decoder_attention_mask", "encoder_outputs", "past_key_values", "use_cache",
+                 "cache_position", "decoder_position_ids")
+
 
 def generate_encoder_decoder(exported: Any, plan: Any, inputs: dict) -> Any:
     gen = plan.gen
@@ -37,9 +41,11 @@ def generate_encoder_decoder(exported: Any, plan: Any, inputs: dict) -> Any:
         if start is None:
             raise UnsupportedError("generation_config.decoder_start_token_id is not set; pass decoder_start_token_id=")
         decoder_ids = torch.full((batch, 1), int(start), dtype=torch.long, device=device)
-    # the encoder's mask, for the decoder's cross-attention (T5); Whisper's encoder ignores the feature mask its
-    # processor may return (WhisperEncoder.forward: "preserved for compatibility"), and its decoder takes none
-    extra = {k: v for k, v in inputs.items() if k == "attention_mask" and (k in prefill.kwargs or k in decode.kwargs)}
+    # what the decoder graphs take of the call as it was given, every step, as generate's prepare_inputs_for_generation
+    # passes its model kwargs: the encoder's mask for the cross-attention (T5), UDOP's layout boxes; Whisper's
+    # encoder ignores the feature mask its processor may return (WhisperEncoder.forward: "preserved for
+    # compatibility"), and its decoder takes none
+    extra = {k: v for k, v in inputs.items() if k not in _DECODER_MADE and (k in prefill.kwargs or k in decode.kwargs)}
     if beams > 1:
         # as _expand_inputs_for_generation: each item's encoder outputs and mask repeated num_beams times (the
         # encoder ran once per item, which is what eager's expansion of its outputs equals)
