@@ -23,6 +23,17 @@ CASES = [
     # its generate passes no position_ids: one row counted over the padded prompt, and a decode graph that computes
     # its own (the loop fed the mask's [batch, seq] positions to both)
     ("exaone4_5", "generate"),
+    # the glue does not reproduce their image parts (two towers, a visual vocabulary, any-resolution tiles packed
+    # with image_newline, a tower over derived inputs): their own get_image_features is one exported part
+    ("ovis2", "generate"),
+    ("llava_next", "generate"),
+    ("paddleocr_vl", "generate"),
+    pytest.param("deepseek_vl_hybrid", "generate", marks=pytest.mark.sweep),
+    pytest.param("idefics2", "generate", marks=pytest.mark.sweep),
+    pytest.param("hyperclovax_vision_v2", "generate", marks=pytest.mark.sweep),
+    pytest.param("deepseek_ocr2", "generate", marks=pytest.mark.sweep),
+    pytest.param("llava_onevision", "generate", marks=pytest.mark.sweep),
+    pytest.param("llava_next_video", "generate", marks=pytest.mark.sweep),
 ]
 
 
@@ -35,3 +46,31 @@ def test_the_family_exports_and_generates_like_eager(model_type, stage):
         assert result["mismatched_tokens"] == 0
     else:
         assert result["max_abs_diff"] <= 1e-4
+
+
+def test_a_model_the_glue_cannot_split_exports_its_own_get_image_features():
+    """LLaVA-NeXT packs each image's any-resolution tiles with its image_newline weight inside get_image_features,
+    which the tower + projector glue does not reproduce: the export's image part is the model's get_image_features
+    (component "image_features", no "image_encoder"), and the image changes eager's tokens, which the export keeps."""
+    import copy
+
+    import torch
+
+    from hfexport import DynamoConfig, DynamoExporter
+    from hfexport.tools.matrix.inputs import sample_inputs
+    from hfexport.tools.matrix.shrink import build_model
+
+    torch.manual_seed(0)
+    model = build_model("llava_next", "LlavaNextForConditionalGeneration").eval()
+    inputs = sample_inputs(model, "llava_next", batch=2, seq=6, for_generation=True)
+    assert inputs["pixel_values"].dim() == 5  # tiles per image
+    exported = DynamoExporter().export_for_generation(model, inputs, DynamoConfig(dynamic=True))
+    assert "image_features" in exported.components and "image_encoder" not in exported.components
+    image_token = model.config.image_token_index
+    text_only = {"input_ids": inputs["input_ids"].masked_fill(inputs["input_ids"] == image_token, 5),
+                 "attention_mask": inputs["attention_mask"]}
+    with torch.no_grad():
+        want = model.generate(**copy.deepcopy(inputs), max_new_tokens=8, do_sample=False)
+        plain = model.generate(**text_only, max_new_tokens=8, do_sample=False)
+    assert not torch.equal(want, plain)  # the image changes eager's tokens
+    assert torch.equal(exported.generate(**inputs, max_new_tokens=8), want)

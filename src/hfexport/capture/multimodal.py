@@ -30,6 +30,7 @@ from .glue import (
     merge_image_features,
     refuse_packed_images,
 )
+from .image_features import image_features_part
 from .recorder import CallRecorder
 from .video import video_features, video_token_id
 
@@ -181,9 +182,14 @@ def decompose_multimodal(model: torch.nn.Module, inputs: Mapping[str, Any]) -> d
         the language model is called with ``inputs_embeds``, so the text embeddings need their own graph. The token
         merge (``masked_scatter``) stays outside every graph.
 
+    Where the glue does not reproduce the model's own ``inputs_embeds`` from the tower and projector, the image
+    parts are replaced by ``"image_features"``: the model's ``get_image_features`` as one part
+    (:mod:`.image_features`), when scattering its output does reproduce them.
+
     Raises:
         ValueError: No known multimodal submodule was found, or the forward did not call the encoder.
-        UnsupportedError: The merge this module reproduces does not match the model's own.
+        UnsupportedError: The merge this module reproduces does not match the model's own, nor does its
+            ``get_image_features``' output.
 
     Example:
         >>> parts = decompose_multimodal(model, processor(images=image, text=prompt, return_tensors="pt"))
@@ -231,7 +237,17 @@ def decompose_multimodal(model: torch.nn.Module, inputs: Mapping[str, Any]) -> d
         if ids is None:
             raise ValueError("decompose_multimodal needs input_ids in the inputs to capture the embedding lookup")
         out["embed_tokens"] = (parts["embed_tokens"], {"input": ids})
-    _check_merge(model, call, parts, out, recorders)
+    try:
+        _check_merge(model, call, parts, out, recorders)
+    except (UnsupportedError, TypeError, ValueError, RuntimeError, IndexError):
+        # the glue does not reproduce this model's parts: its own get_image_features as one part, where that does
+        expected = recorders["language_model"].calls[0].get("inputs_embeds")
+        whole = image_features_part(model, call, parts["embed_tokens"], expected)
+        if whole is None:
+            raise
+        image_parts = {"image_encoder", *(n for n in PROJECTOR_NAMES if n != "embed_audio")}
+        kept = {name: out[name] for name in parts if name in out and name not in image_parts}
+        return {"image_features": whole, **kept}
     return {name: out[name] for name in parts if name in out}
 
 

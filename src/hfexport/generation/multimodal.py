@@ -169,6 +169,20 @@ def _run(component: Component, call: dict) -> Any:
 
 def _merge_modalities(config: Any, parts: dict, input_ids: torch.Tensor, embeds: torch.Tensor, inputs: dict,
                       deepstack: dict) -> Any:
+    whole = parts.get("image_features")  # the model's get_image_features as one part (capture.image_features)
+    if whole is not None:
+        derived = {k for d in whole.metadata.derived_inputs for k in d.names}  # (its runner derives them)
+        traced = [k for k, v in whole.kwargs.items() if v.fed and k not in derived]
+        call = {k: inputs[k] for k in traced if inputs.get(k) is not None}
+        if call:
+            absent = [k for k in traced if k not in call]
+            if absent:
+                raise UnsupportedError(f"the image features part needs {absent}; pass them with pixel_values")
+            if inputs.get("pixel_values_videos") is not None:
+                raise UnsupportedError(f"{getattr(config, 'model_type', None)} is exported with its own "
+                                       "get_image_features for images; videos are not supported yet: generate with "
+                                       "the eager model")
+            embeds = merge_image_features(input_ids, embeds, _run(whole, call), image_token_id(config))
     for modality in MODALITIES:
         encoder = parts.get(f"{modality}_encoder")
         if encoder is None:

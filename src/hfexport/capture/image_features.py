@@ -1,0 +1,95 @@
+"""A multimodal model's own ``get_image_features`` as one exported part, where hfexport has no glue for its parts.
+
+:mod:`.multimodal` splits an image-text model into its vision tower and projector and replays, in Python, what the
+model does between them (:mod:`.glue`: the feature layer, the CLS token, a pixel shuffle). A model whose
+``get_image_features`` does more than the glue knows (two towers, DeepSeek-VL hybrid's low- and high-resolution
+ones into one aligner; Ovis 2's visual tokenizer and its vocabulary table; Idefics 2's perceiver over a patch mask)
+is captured instead as :class:`ImageFeatures`: a module whose forward is the model's ``get_image_features`` on the
+image inputs, returning the features the model scatters over its image tokens (``[image tokens, hidden]``). The
+parts it owns are the model's (its base model shallow-copied without the language model, so the export holds the
+vision weights only). :func:`image_features_part` builds it and checks, as the glue's capture does, that scattering
+its output reproduces the model's own ``inputs_embeds``.
+"""
+
+from __future__ import annotations
+
+import copy
+import inspect
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+
+from ..errors import UnsupportedError
+from .glue import image_token_id, merge_image_features
+
+__all__ = ["ImageFeatures", "image_features_part", "flat_features"]
+
+
+def flat_features(out: Any) -> torch.Tensor:
+    """``get_image_features``' result as ``[features, hidden]``: its ``pooler_output`` (transformers 5's
+    convention: the features the forward merges), one tensor or one per image, else the tensor itself."""
+    features = getattr(out, "pooler_output", None)
+    if features is None:
+        features = out[0] if isinstance(out, tuple) and not isinstance(out[0], torch.Tensor | list) else out
+    if isinstance(features, list | tuple):
+        features = torch.cat([f.reshape(-1, f.shape[-1]) for f in features])
+    if not isinstance(features, torch.Tensor):
+        raise UnsupportedError(f"get_image_features returned {type(out).__name__} without image features")
+    return features.reshape(-1, features.shape[-1])
+
+
+class ImageFeatures(torch.nn.Module):
+    """``owner.get_image_features(**image inputs)`` flattened to ``[image tokens, hidden]``."""
+
+    def __init__(self, owner: torch.nn.Module):
+        super().__init__()
+        self.owner = owner
+
+    def forward(self, **inputs: torch.Tensor) -> torch.Tensor:
+        return flat_features(self.owner.get_image_features(**inputs))
+
+
+def _owner(model: torch.nn.Module) -> torch.nn.Module | None:
+    """The module whose ``get_image_features`` the model's forward calls (its base model, else itself), shallow-
+    copied without its language model."""
+    base = getattr(model, "model", None)
+    owner = base if callable(getattr(base, "get_image_features", None)) else model
+    if not callable(getattr(owner, "get_image_features", None)):
+        return None
+    get_decoder = getattr(owner, "get_decoder", None)
+    decoder = get_decoder() if callable(get_decoder) else None
+    shallow = copy.copy(owner)
+    shallow._modules = {name: module for name, module in owner._modules.items()
+                        if module is not decoder and name not in ("language_model", "lm_head")}
+    return shallow
+
+
+def _image_inputs(owner: torch.nn.Module, call: Mapping[str, Any]) -> dict[str, Any]:
+    """The call's tensors ``get_image_features`` names as its parameters."""
+    params = inspect.signature(owner.get_image_features).parameters
+    return {k: v for k, v in call.items() if k in params and isinstance(v, torch.Tensor)}
+
+
+def image_features_part(model: torch.nn.Module, call: Mapping[str, Any], embed: torch.nn.Module,
+                        expected: torch.Tensor | None) -> tuple[ImageFeatures, dict[str, Any]] | None:
+    """``(ImageFeatures, its kwargs)`` for the prefill ``call``, where scattering its features over the image
+    tokens gives ``expected`` (the language model's recorded ``inputs_embeds``); else ``None``."""
+    if expected is None or call.get("pixel_values_videos") is not None or call.get("input_ids") is None:
+        return None
+    owner = _owner(model)
+    if owner is None:
+        return None
+    kwargs = _image_inputs(owner, call)
+    if "pixel_values" not in kwargs:
+        return None
+    part = ImageFeatures(owner).eval()
+    try:
+        with torch.no_grad():
+            merged = merge_image_features(call["input_ids"], embed(call["input_ids"]), part(**kwargs),
+                                          image_token_id(model.config))
+    except Exception:  # noqa: BLE001 - not a model whose features this reproduces
+        return None
+    if merged.shape != expected.shape or not torch.allclose(merged, expected, rtol=1e-5, atol=1e-6):
+        return None
+    return part, kwargs
