@@ -34,6 +34,11 @@ CASES = [
     pytest.param("deepseek_ocr2", "generate", marks=pytest.mark.sweep),
     pytest.param("llava_onevision", "generate", marks=pytest.mark.sweep),
     pytest.param("llava_next_video", "generate", marks=pytest.mark.sweep),
+    # an image prompt to a model with an audio tower too: the silent audio tower is left out of the export; Qwen2.5-
+    # Omni's rope index finds the media by their token ids (no mm_token_type_ids)
+    ("qwen3_omni_moe_thinker", "generate"),
+    pytest.param("qwen2_5_omni_thinker", "generate", marks=pytest.mark.sweep),
+    pytest.param("dots3_note", "generate", marks=pytest.mark.sweep),
 ]
 
 
@@ -74,3 +79,23 @@ def test_a_model_the_glue_cannot_split_exports_its_own_get_image_features():
         plain = model.generate(**text_only, max_new_tokens=8, do_sample=False)
     assert not torch.equal(want, plain)  # the image changes eager's tokens
     assert torch.equal(exported.generate(**inputs, max_new_tokens=8), want)
+
+
+def test_an_export_captured_without_audio_refuses_an_audio_prompt_by_name():
+    """Qwen3-Omni's thinker captured with an image prompt has no audio encoder part: a clip given to its generate()
+    is refused, naming the missing encoder, not dropped."""
+    import torch
+
+    from hfexport import DynamoConfig, DynamoExporter, UnsupportedError
+    from hfexport.tools.matrix.inputs import sample_inputs
+    from hfexport.tools.matrix.shrink import build_model
+
+    torch.manual_seed(0)
+    model = build_model("qwen3_omni_moe_thinker", "Qwen3OmniMoeThinkerForConditionalGeneration").eval()
+    inputs = sample_inputs(model, "qwen3_omni_moe_thinker", batch=2, seq=6, for_generation=True)
+    assert "pixel_values" in inputs and "input_features" not in inputs
+    exported = DynamoExporter().export_for_generation(model, inputs, DynamoConfig(dynamic=True))
+    assert "image_encoder" in exported.components and "audio_encoder" not in exported.components
+    clip = dict(inputs, input_features=torch.zeros(2, model.config.audio_config.num_mel_bins, 20))
+    with pytest.raises(UnsupportedError, match=r"no audio encoder.*captured with a prompt without audio.*input_feat"):
+        exported.generate(**clip, max_new_tokens=2)

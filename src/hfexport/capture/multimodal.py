@@ -39,6 +39,7 @@ __all__ = [
     "MODALITIES",
     "MODALITY_INPUTS",
     "PROJECTOR_NAMES",
+    "PROMPT_INPUTS",
     "decompose_multimodal",
     "encoder_inputs",
     "image_features",
@@ -55,6 +56,8 @@ PROJECTOR_NAMES = ("multi_modal_projector", "connector", "aligner", "embed_visio
 #: generate() inputs the modality encoders are fed from (directly or through the glue)
 MODALITY_INPUTS = ("pixel_values", "image_grid_thw", "image_sizes", "input_features", "feature_attention_mask",
                     "input_features_mask", "pixel_values_videos", "video_grid_thw")
+#: modality -> the generate() inputs that carry it in a prompt (an image or a video; a clip)
+PROMPT_INPUTS = {"image": ("pixel_values", "pixel_values_videos"), "audio": ("input_features", "input_values")}
 
 
 # --- finding the parts ------------------------------------------------------------------------------------------
@@ -222,6 +225,10 @@ def decompose_multimodal(model: torch.nn.Module, inputs: Mapping[str, Any]) -> d
         restore_attributes(snapshot)
         model.train(was_training)
     silent = [name for name, r in recorders.items() if not r.calls and name != "embed_tokens"]
+    called = [name for name in encoders if recorders[name].calls]
+    absent = [m for m in MODALITIES if not any(call.get(k) is not None for k in PROMPT_INPUTS[m])]
+    if called and absent:  # an image prompt to a model that also hears (Qwen-Omni): the other tower is not exported
+        silent = [n for n in silent if n not in {f"{m}_encoder" for m in absent} and n not in PROJECTOR_NAMES]
     if silent:
         raise ValueError(
             f"{type(model).__name__}(**inputs) did not call {silent}; check that the inputs hold what those parts "

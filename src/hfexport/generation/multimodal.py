@@ -15,12 +15,13 @@ from __future__ import annotations
 
 import copy
 import importlib
+import inspect
 from typing import Any
 
 import torch
 
 from ..capture.glue import encoder_inputs, image_features, image_token_id, merge_image_features, refuse_packed_images
-from ..capture.multimodal import MODALITIES, MODALITY_INPUTS, PROJECTOR_NAMES
+from ..capture.multimodal import MODALITIES, MODALITY_INPUTS, PROJECTOR_NAMES, PROMPT_INPUTS
 from ..capture.video import video_features, video_token_id
 from ..derived import ConfigOnly
 from ..errors import UnsupportedError
@@ -186,6 +187,12 @@ def _merge_modalities(config: Any, parts: dict, input_ids: torch.Tensor, embeds:
     for modality in MODALITIES:
         encoder = parts.get(f"{modality}_encoder")
         if encoder is None:
+            given = [k for k in PROMPT_INPUTS[modality] if inputs.get(k) is not None]
+            if given and not (modality == "image" and whole is not None):
+                raise UnsupportedError(
+                    f"this export has no {modality} encoder (components: {sorted(parts)}): it was captured with a "
+                    f"prompt without {modality}, so {given} cannot be merged; re-export with a {modality} prompt"
+                )
             continue
         if modality == "audio":
             embeds = merge_audio(config, encoder, _projector(parts, "audio"), input_ids, embeds, inputs)
@@ -274,15 +281,18 @@ def _prefill_positions(exported: Any, lm: Component, input_ids: torch.Tensor, ma
     if len(shape) != 3:
         return text
     grids = {k: inputs.get(k) for k in ("image_grid_thw", "video_grid_thw")}
-    types_ids = inputs.get("mm_token_type_ids")
-    if types_ids is None and any(g is not None for g in grids.values()):
-        raise UnsupportedError(
-            "image_grid_thw was passed without mm_token_type_ids; the processor returns both, and the 3D (M-RoPE) "
-            "positions need them (the model itself refuses this input)"
-        )
     if any(g is not None for g in grids.values()):
         base = _rope_owner(exported)
-        vision, _ = base.get_rope_index(input_ids, mm_token_type_ids=types_ids, attention_mask=mask2d, **grids)
+        types = {}
+        # (Qwen2.5-Omni's finds the media by their token ids: it takes no token types)
+        if "mm_token_type_ids" in inspect.signature(base.get_rope_index).parameters:
+            types["mm_token_type_ids"] = inputs.get("mm_token_type_ids")
+            if types["mm_token_type_ids"] is None:
+                raise UnsupportedError(
+                    "image_grid_thw was passed without mm_token_type_ids; the processor returns both, and the 3D "
+                    "(M-RoPE) positions need them (the model itself refuses this input)"
+                )
+        vision, _ = base.get_rope_index(input_ids, attention_mask=mask2d, **types, **grids)
     else:
         vision = text.unsqueeze(0).expand(3, -1, -1)
     # a 4-row layout carries the text positions first (for the mask), then the three M-RoPE axes

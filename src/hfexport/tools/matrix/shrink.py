@@ -94,7 +94,8 @@ def _named(op: str, value: int | float, names: str | tuple[str, ...], fit: bool 
 _HEAD_DIM_KEYS = ("head_dim", "d_kv", "attention_head_dim")
 SIZE_RULES: tuple[SizeRule, ...] = (
     _named("set", HIDDEN, ("hidden_size", "d_model", "n_embd", "embed_dim", "dim", "out_hidden_size", "projection_dim",
-                           "word_embed_proj_dim", "hidden_dim_text", "emb_dim", "d_latents")),
+                           "word_embed_proj_dim", "hidden_dim_text", "emb_dim", "d_latents",
+                           "projection_hidden_size")),  # (Kimi-K2.5's: its projector's norm over the tower's width)
     _named("set", HEADS, _HEAD_KEYS),
     _named("set", KV_HEADS, ("num_key_value_heads", "num_kv_heads", "n_kv_heads", "multi_query_group_num")),
     _named("set", FFN, ("intermediate_size", "ffn_dim", "d_ff", "n_inner", "encoder_ffn_dim", "decoder_ffn_dim",
