@@ -34,9 +34,10 @@ Each recipe picks, for an export format, the quantizer and settings that serve i
                pattern (NNCF's int8 modes keep one scale per output channel); the lm_head and the embedding NNCF
                int8 per channel (OpenVINO only). Data-free
 ``torchao-8da4w``  torchao ``quantize_`` on the eager model before the trace, as ExecuTorch's LLM export does
-               (ExecuTorch only): int8 dynamic per-token activations x int4 weights in groups of 32, HQQ scales
-               (``Int8DynamicActivationIntxWeightConfig``), which XNNPACK runs as its qd8-f32-qb4w fully-connected;
-               the lm_head and the MLP down projections 8da8w (int8 per channel, qd8-f32-qc8w), the embedding int8
+               (ExecuTorch only): int8 dynamic per-token activations x int4 weights in groups of 32, HQQ codes and
+               scales (``Int8DynamicActivationIntxWeightConfig``), which XNNPACK runs as its qd8-f32-qb4w
+               fully-connected, and HQQ's float zero points as each group's offset, a small float product of the
+               input's group sums (``float_zero_points``: the kernel takes symmetric weights only); the lm_head and the MLP down projections 8da8w (int8 per channel, qd8-f32-qc8w), the embedding int8
                per row (ExecuTorch's ``quantized_decomposed::embedding_byte``). Data-free
 =============  ========================================================================================
 """
@@ -85,7 +86,9 @@ SMOOTH_QUANT_ALPHA = 0.5
 # int8 72.3 / 71.9 %; HQQ 69.9 / 69.5 %, + lm_head int8 73.4 / 73.0 % (float lm_head: 74.6 / 73.4 %), + down_proj int8
 # 82.4 / 76.2 %; int4 weight-only (float activations) 73.1 / 75.0 %: the 4-bit weights, not the int8 activations,
 # lose the tokens. The ExecuTorch export of this recipe: 0.240x, 80.5 / 75.8 % through its decode loop, decode 3.06x the
-# fp32 ExecuTorch export's (benchmarks/RESULTS_QUANTIZED.md)
+# fp32 ExecuTorch export's. With HQQ's float zero points split off (TORCHAO_FLOAT_ZERO_POINTS, torchao_offsets.py): eager
+# 93.4 / 92.2 % (int4 down projections: 92.6 / 92.2 %); the export 0.26x, 92.2 / 93.8 % through its decode loop, decode
+# 3.06x its fp32 export's (benchmarks/RESULTS_QUANTIZED.md)
 TORCHAO_QPARAMS = "hqq_scale_only"
 TORCHAO_LM_HEAD = "int8"
 TORCHAO_INT8_DOWN = True
