@@ -124,6 +124,11 @@ def test_float_zero_points_keep_a_q4_1_grid_that_symmetric_int4_loses():
         exact = x @ weight.T
         assert float((split(x) - exact).abs().max()) * 3 < float((plain(x) - exact).abs().max())
     assert TorchAOQuantizer(config, float_zero_points=True).to_dict()["float_zero_points"] is True
+    # an embedding tied to the split linear keeps its float table
+    tied = torch.nn.ModuleDict({"embed": torch.nn.Embedding(64, 128), "head": torch.nn.Linear(128, 64, bias=False)})
+    tied["embed"].weight = tied["head"].weight = torch.nn.Parameter(weight.clone())
+    copied = TorchAOQuantizer(config, float_zero_points=True).quantize_module(tied, {}, ExportFormat.EXECUTORCH)
+    assert isinstance(copied["head"], GroupOffsetLinear) and torch.equal(copied["embed"].weight, weight)
 
 
 class _ZeroLmHead(ExportQuantizer):

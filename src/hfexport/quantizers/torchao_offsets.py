@@ -67,8 +67,9 @@ def split_float_zero_points(linear: torch.nn.Linear, config: Any) -> GroupOffset
     codes = codes.float().reshape(out, size // group, group)
     scale, zero = scale.reshape(out, size // group, 1), zero.reshape(out, size // group, 1)
     middle = 8
-    with torch.no_grad():
-        linear.weight.data = ((codes - middle) * scale).reshape(out, size).to(linear.weight.dtype)
+    # a new parameter, not the old one's data: a weight tied to another module (an embedding) stays as it was
+    symmetric_weight = ((codes - middle) * scale).reshape(out, size).to(linear.weight.dtype)
+    linear.weight = torch.nn.Parameter(symmetric_weight, requires_grad=False)
     symmetric = dataclasses.replace(config, intx_choose_qparams_algorithm=None)  # the custom scales as they are
     _QUANTIZE_CONFIG_HANDLER[type(config)](
         linear, symmetric, custom_scale=scale.reshape(out, -1).clone(),
