@@ -26,6 +26,7 @@ CASES = [
     # the glue does not reproduce their image parts (two towers, a visual vocabulary, any-resolution tiles packed
     # with image_newline, a tower over derived inputs): their own get_image_features is one exported part
     ("ovis2", "generate"),
+    ("granite_docling", "generate"),  # and the deepstack features its get_image_features returns beside them
     # (LLaVA-NeXT: test_a_model_the_glue_cannot_split_exports_its_own_get_image_features, in the default suite)
     pytest.param("llava_next", "generate", marks=pytest.mark.sweep),
     pytest.param("paddleocr_vl", "generate", marks=pytest.mark.sweep),

@@ -39,15 +39,29 @@ def flat_features(out: Any) -> torch.Tensor:
     return features.reshape(-1, features.shape[-1])
 
 
+def _concatenated(features: Any) -> torch.Tensor:
+    """One deepstack entry (a tensor, or one per sample) as ``[image tokens, hidden]``."""
+    if isinstance(features, list | tuple):
+        features = torch.cat([f.reshape(-1, f.shape[-1]) for f in features])
+    return features.reshape(-1, features.shape[-1])
+
+
 class ImageFeatures(torch.nn.Module):
-    """``owner.get_image_features(**image inputs)`` flattened to ``[image tokens, hidden]``."""
+    """``owner.get_image_features(**image inputs)`` flattened to ``[image tokens, hidden]``; followed by its
+    deepstack features (one per tapped vision layer, each ``[image tokens, hidden]``) where it returns them, which
+    the language model adds at its early layers (Granite Docling, as Qwen3-VL)."""
 
     def __init__(self, owner: torch.nn.Module):
         super().__init__()
         self.owner = owner
 
-    def forward(self, **inputs: torch.Tensor) -> torch.Tensor:
-        return flat_features(self.owner.get_image_features(**inputs))
+    def forward(self, **inputs: torch.Tensor) -> torch.Tensor | tuple[torch.Tensor, ...]:
+        out = self.owner.get_image_features(**inputs)
+        features = flat_features(out)
+        deepstack = getattr(out, "deepstack_features", None)
+        if not deepstack:
+            return features
+        return (features, *(_concatenated(d) for d in deepstack))
 
 
 def _owner(model: torch.nn.Module) -> torch.nn.Module | None:
@@ -86,7 +100,9 @@ def image_features_part(model: torch.nn.Module, call: Mapping[str, Any], embed: 
     part = ImageFeatures(owner).eval()
     try:
         with torch.no_grad():
-            merged = merge_image_features(call["input_ids"], embed(call["input_ids"]), part(**kwargs),
+            features = part(**kwargs)
+            features = features[0] if isinstance(features, tuple) else features
+            merged = merge_image_features(call["input_ids"], embed(call["input_ids"]), features,
                                           image_token_id(model.config))
     except Exception:  # noqa: BLE001 - not a model whose features this reproduces
         return None

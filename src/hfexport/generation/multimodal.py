@@ -183,7 +183,12 @@ def _merge_modalities(config: Any, parts: dict, input_ids: torch.Tensor, embeds:
                 raise UnsupportedError(f"{getattr(config, 'model_type', None)} is exported with its own "
                                        "get_image_features for images; videos are not supported yet: generate with "
                                        "the eager model")
-            embeds = merge_image_features(input_ids, embeds, _run(whole, call), image_token_id(config))
+            out = whole.runner(**call)
+            features, tapped = (out[0], list(out[1:])) if isinstance(out, list | tuple) else (out, [])
+            embeds = merge_image_features(input_ids, embeds, features, image_token_id(config))
+            if "deepstack_visual_embeds" in parts["language_model"].kwargs:  # (Granite Docling; [] when none tapped)
+                deepstack["visual_pos_masks"] = input_ids == image_token_id(config)
+                deepstack["deepstack_visual_embeds"] = tapped
     for modality in MODALITIES:
         encoder = parts.get(f"{modality}_encoder")
         if encoder is None:

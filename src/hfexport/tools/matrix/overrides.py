@@ -70,7 +70,9 @@ OVERRIDES: dict[str, dict[str, Any]] = {
     "emu3": {"vocabulary_map": _EMU3_VOCAB, "vq_config": {"codebook_size": _IMAGE_CODES}},
     "deepseek_ocr2": {"text_config": {"mlp_layer_types": ["dense", "sparse"]}},
     # its high-resolution SAM tower reads the hidden state after its first global-attention layer (11th by default)
-    "deepseek_vl_hybrid": {"high_res_vision_config": {"global_attn_indexes": [1]}},  # unset by default, indexed per layer
+    "deepseek_vl_hybrid": {"high_res_vision_config": {"global_attn_indexes": [1]}},
+    # the vision layers its language model's deepstack taps (3, 7, 10 by default: none of 2 layers)
+    "granite_docling": {"vision_config": {"deepstack_visual_indexes": [0, 1]}},  # unset by default, indexed per layer
     # its text config takes dropout_rate from the encoder-decoder config, which the standalone encoder lacks
     "t5gemma2_encoder": {"text_config": {"dropout_rate": 0.0}, "mm_tokens_per_image": 4},
     # unset by default: which vision layers feed which decoder layers, and the Q-Former's window ratio
