@@ -200,3 +200,29 @@ def test_gemma3n_activation_sparsity_converts_with_its_quantile_computed_before_
     with torch.no_grad():
         expected = model(**inputs).logits
     assert (exported(**inputs).logits - expected).abs().max() <= 1e-4
+
+
+class _Deepstack(torch.nn.Module):
+    """A deepstack layer's update (Granite Docling, Qwen3-VL): one row per masked position, added in place; then a
+    fill of every masked position with one value (torchlib's own conversion, which broadcasts)."""
+
+    def forward(self, hidden: torch.Tensor, mask: torch.Tensor, rows: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        hidden = hidden.clone()
+        hidden[mask, :] = hidden[mask, :] + rows
+        filled = hidden.clone()
+        filled[mask] = 0.5
+        return hidden, filled
+
+
+def test_a_boolean_index_put_of_one_row_per_masked_position_writes_those_rows():
+    # five masked positions in rows of five: torchlib's Where(mask, rows, x) broadcast [5, 8] over [2, 5, 8] and
+    # mixed the rows (off by 6.7) without an error
+    hidden, rows = torch.randn(2, 5, 8), torch.randn(5, 8)
+    mask = torch.tensor([[1, 0, 1, 0, 0], [0, 1, 1, 1, 0]], dtype=torch.bool)
+    exported, fired = _export(_Deepstack(), {"hidden": hidden, "mask": mask, "rows": rows})
+    assert "onnx-index-put-mask-rows" in fired
+    for got, want in zip(exported(hidden=hidden, mask=mask, rows=rows), _Deepstack()(hidden, mask, rows)):
+        assert (got - want).abs().max() == 0
+    three = torch.tensor([[1, 0, 0, 0, 0], [0, 1, 1, 0, 0]], dtype=torch.bool)  # another count, the same graph
+    for got, want in zip(exported(hidden=hidden, mask=three, rows=rows[:3]), _Deepstack()(hidden, three, rows[:3])):
+        assert (got - want).abs().max() == 0
