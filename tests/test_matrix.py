@@ -130,7 +130,13 @@ def test_a_model_that_builds_but_fails_eagerly_is_retried_with_the_second_try_ru
         with torch.no_grad():
             return m(**sample_inputs(m, "sam3_lite_text"))
 
-    plain = build_model("sam3_lite_text", "Sam3LiteTextModel")  # builds, but a 256-wide size field disagrees
+    import transformers
+
+    from hfexport.tools.matrix.shrink import _build
+
+    config = tiny_config("sam3_lite_text")
+    config.vision_config.fpn_hidden_size = 256  # a size field the plain rules once missed: builds, then disagrees
+    plain = _build(transformers.Sam3LiteTextModel, config)
     with pytest.raises(RuntimeError, match="normalized_shape"):
         run(plain)
     model, _ = _eager(plain, "sam3_lite_text", "Sam3LiteTextModel", run)
@@ -224,6 +230,29 @@ def test_inputs_whose_layout_the_config_does_not_say_are_found_by_running_the_mo
     ("fun_asr_nano", "FunAsrNanoForConditionalGeneration", {"input_ids": (2, 6), "attention_mask": (2, 6)}),
     # an optional features mask its encoder sums (None by default): ones over the frames
     ("audioflamingo3_encoder", "AudioFlamingo3Encoder", {"input_features": (2, 8, 32), "input_features_mask": (2, 32)}),
+    # a generic main input `inputs`: the encoder's own (a speech encoder-decoder's waveform), else token ids
+    ("speech-encoder-decoder", "SpeechEncoderDecoderModel", {"input_values": (2, 1600), "decoder_input_ids": (2, 3)}),
+    ("perceiver", "PerceiverForMaskedLM", {"input_ids": (2, 6), "attention_mask": (2, 6)}),
+    # inputs named by the forward and sized by the config (.named_inputs): a trajectory at state_dim / act_dim,
+    # flattened patches with their row and column, region features and boxes, an in-context image pair
+    ("decision_transformer", "DecisionTransformerModel",
+     {"states": (2, 4, 17), "actions": (2, 4, 4), "rewards": (2, 4, 1), "returns_to_go": (2, 4, 1),
+      "timesteps": (2, 4), "attention_mask": (2, 4)}),
+    ("pix2struct", "Pix2StructForConditionalGeneration",
+     {"flattened_patches": (2, 16, 770), "attention_mask": (2, 16), "decoder_input_ids": (2, 3)}),
+    ("lxmert", "LxmertModel",
+     {"input_ids": (2, 6), "attention_mask": (2, 6), "visual_feats": (2, 4, 2048), "visual_pos": (2, 4, 4)}),
+    ("seggpt", "SegGptModel",
+     {"pixel_values": (2, 3, 16, 32), "prompt_pixel_values": (2, 3, 16, 32), "prompt_masks": (2, 3, 16, 32)}),
+    ("idefics", "IdeficsForVisionText2Text",
+     {"input_ids": (2, 6), "attention_mask": (2, 6), "pixel_values": (2, 1, 3, 32, 32), "image_attention_mask": (2, 6, 1)}),
+    ("kosmos-2", "Kosmos2ForConditionalGeneration",
+     {"pixel_values": (2, 3, 32, 32), "input_ids": (2, 68), "attention_mask": (2, 68),
+      "image_embeds_position_mask": (2, 68)}),
+    # a boolean padding mask (Gemma 3n's audio tower: True at padded frames), over the frames, not the 128 bins
+    ("gemma3n_audio", "Gemma3nAudioEncoder", {"audio_mel": (2, 32, 128), "audio_mel_mask": (2, 32)}),
+    # SAM 2's Hiera keeps its first stage's width (embed_dim_per_stage[0]) as its hidden size
+    ("sam2_vision_model", "Sam2VisionModel", {"pixel_values": (2, 3, 32, 32)}),
 ])
 def test_models_the_matrix_could_not_build_or_feed_before_run_eagerly(model_type, class_name, shapes):
     """Each of these was cannot-build, no-inputs or eager-fails (issue 22); ``_eager`` is the worker's own path
@@ -638,3 +667,20 @@ def test_layouts_of_two_inputs_are_also_tried_together():
     seen = [(float(v["a"][0]), float(v["b"][0])) for v in variants(base, layouts)]
     assert seen[0] == (0, 0) and set(seen) == {(a, b) for a in (0, 1) for b in (0, 1, 2)}
     assert len(seen) == len(set(seen)) == 6
+
+
+def test_named_inputs_carry_what_their_models_read_from_them():
+    """Pix2Struct reads each patch's row and column from its first two values, Kosmos-2 puts its image at the
+    positions of image_embeds_position_mask (after the start token), Gemma 3n's audio mask is True at padding."""
+    import torch
+
+    patches = sample_inputs(build_model("pix2struct", "Pix2StructForConditionalGeneration"), "pix2struct")
+    rows, cols = patches["flattened_patches"][0, :, 0], patches["flattened_patches"][0, :, 1]
+    assert rows.tolist() == [r for r in range(1, 5) for _ in range(4)] and cols.tolist() == [1, 2, 3, 4] * 4
+
+    kosmos = build_model("kosmos-2", "Kosmos2ForConditionalGeneration")
+    where = sample_inputs(kosmos, "kosmos-2")["image_embeds_position_mask"]
+    assert where[:, 0].eq(0).all() and int(where[0].sum()) == kosmos.config.latent_query_num
+
+    mask = sample_inputs(build_model("gemma3n_audio", "Gemma3nAudioEncoder"), "gemma3n_audio")["audio_mel_mask"]
+    assert mask.dtype == torch.bool and not mask.any()

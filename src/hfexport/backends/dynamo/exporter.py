@@ -31,6 +31,7 @@ class DynamoExporter(HfExporter):
 
     export_format = ExportFormat.DYNAMO
     config_class = DynamoConfig
+    checks_runtime_asserts = True  # (a data-dependent branch traced on the sample: capture.trace)
 
     def program_suffix(self) -> str:
         return ".pt2"

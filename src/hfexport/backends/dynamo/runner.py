@@ -83,6 +83,12 @@ class DynamoRunner(ModelRunner):
             with torch.no_grad():
                 return self._module(**rebound)
         except (AssertionError, RuntimeError) as e:
+            if "Runtime assertion failed for expression" in str(e):  # (capture.trace: a branch taken on the sample)
+                raise UnsupportedError(
+                    f"these inputs take another branch of {self.metadata.architecture}'s data-dependent code than the "
+                    f"sample it was traced with, which the export assumed ({str(e).splitlines()[0]}): re-export with "
+                    "sample inputs that take the branch you run, or export that branch as its own graph"
+                ) from e
             if "Guard failed" not in str(e) and "Expected input" not in str(e):
                 raise
             shapes = {k: tuple(v.shape) for k, v in call.items() if isinstance(v, torch.Tensor)}

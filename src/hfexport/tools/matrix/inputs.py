@@ -31,6 +31,7 @@ from typing import Any
 
 import torch
 
+from .named_inputs import companions, main_alias, trajectory_or_patches
 from .media import GRID_KEYS, audio_layouts, feature_layouts, feature_masks, first_that_runs, grid_candidates, \
     image_layouts, image_sides, patch_candidates, runs, variants, window_side
 from .series import series_inputs
@@ -180,6 +181,17 @@ def _feature_count(features: Any) -> int:
     raise TypeError(f"image features of type {type(features).__name__}")
 
 
+def _crop_count(config: Any, size: tuple[int, int]) -> int | None:
+    """How many crops an any-resolution tower (LLaVA-NeXT's ``image_grid_pinpoints``) cuts an image of ``size``
+    into, its base crop included, by transformers' own count; ``None`` without pinpoints."""
+    pinpoints, side = getattr(config, "image_grid_pinpoints", None), _find(config, "image_size")
+    if not isinstance(pinpoints, list) or not isinstance(side, int):
+        return None
+    from transformers.models.llava_next.modeling_llava_next import image_size_to_num_patches
+
+    return image_size_to_num_patches(tuple(size), pinpoints, side)
+
+
 def _image_kwargs(model: Any, features: Any, gen: torch.Generator, batch: int) -> Iterator[dict[str, Any]]:
     """What ``get_image_features`` may take for one image per row: pixels ``[B, C, H, W]``, then one image per row
     ``[B, 1, C, H, W]`` (Idefics-like towers), with each image's size and its crops where it takes ``image_sizes``
@@ -206,7 +218,8 @@ def _image_kwargs(model: Any, features: Any, gen: torch.Generator, batch: int) -
         if isinstance(side, int):
             extra[name] = torch.randn(batch, images.shape[1], side, side, generator=gen)
     layouts = [images, images.unsqueeze(1)]
-    layouts += [images.unsqueeze(1).repeat(1, n, 1, 1, 1) for n in (2, 3, 5) if "image_sizes" in params]
+    crops = (2, 3, 5, _crop_count(config, images.shape[-2:])) if "image_sizes" in params else ()
+    layouts += [images.unsqueeze(1).repeat(1, n, 1, 1, 1) for n in dict.fromkeys(crops) if n]
     for pixels in layouts:
         yield {"pixel_values": pixels, **extra}
         if "pixel_attention_mask" in params:  # then with its mask, where the tower needs one (Idefics3-like)
@@ -364,7 +377,7 @@ def sample_inputs(model: Any, model_type: str, batch: int = 2, seq: int = 6,
     if any(k in required for k in GRID_KEYS):  # a Qwen-VL-like vision tower: patches and their grid
         config = getattr(model.config, "vision_config", None) or model.config
         return first_that_runs(model, grid_candidates(config, gen, batch, params))
-    main = getattr(model, "main_input_name", "input_ids")
+    main = main_alias(model, getattr(model, "main_input_name", "input_ids"), params)
     if (main == "pixel_values" and "spatial_shapes" in params) or {"pixel_values", "pixel_position_ids"} <= {*required}:
         config = getattr(model.config, "vision_config", None) or model.config  # a NaFlex tower: patches
         side = _pixels(model, gen, batch).shape[-1]
@@ -379,6 +392,8 @@ def sample_inputs(model: Any, model_type: str, batch: int = 2, seq: int = 6,
         out = {"input_values": _audio(gen, batch)}
     elif main == "past_values" and (out := series_inputs(model, gen, batch, params)):
         return out
+    elif (named := trajectory_or_patches(model, main, params, gen, batch)) is not None:
+        out = named  # (a trajectory, flattened patches: .named_inputs)
     elif _is_hidden_like(main):
         names = [main, *(n for n in required if n != main and _is_hidden_like(n))]
         return first_that_runs(model, _hidden_states(model, gen, batch, seq, names, {}, params))
@@ -407,6 +422,7 @@ def sample_inputs(model: Any, model_type: str, batch: int = 2, seq: int = 6,
             out[name] = _features(model, gen, batch)
         elif name not in out and name.endswith("input_ids") and not (text_too and name == "input_ids"):
             out.update(_named_text(model, gen, batch, seq, params, name[: -len("input_ids")]))  # InstructBLIP's
+    out = companions(model, out, params, gen)  # (LXMERT's region features, SegGPT's prompt pair)
     if hidden := [n for n in required if n not in out and _is_hidden_like(n)]:  # BLIP-2 Q-Former's query_embeds
         out = first_that_runs(model, _hidden_states(model, gen, batch, seq, hidden, out, params))
     if getattr(model.config, "is_encoder_decoder", False) and "decoder_input_ids" in params:
@@ -443,7 +459,7 @@ def sample_inputs(model: Any, model_type: str, batch: int = 2, seq: int = 6,
     mel = _find(model.config, "num_mel_bins")
     # every mask of the features the forward takes, optional ones too: Audio Flamingo 3's encoder sums its
     # input_features_mask, None by default
-    masks = feature_masks(list(params), mel, feature_key)
+    masks = feature_masks(list(params), mel or _find(model.config, *_FEATURE_SIZES), feature_key)
     if main in _FEATURE_KEYS and not _find(model.config, *_FEATURE_SIZES):  # no size named: 80 bins too
         layouts[main] = lambda f: chain(feature_layouts(f), feature_layouts(f[..., : _MEL_BINS[1]].contiguous()))
     with_text = None

@@ -170,8 +170,8 @@ def feature_layouts(features: torch.Tensor) -> Iterator[torch.Tensor]:
 def feature_masks(parameters: list[str], mel: int | None = None,
                   key: str = "input_features") -> Callable[[dict[str, Any]], Iterator[dict[str, Any]]]:
     """Adds each ``*_mask`` of the features ``key`` (``input_features``, Gemma 3n's ``audio_mel``) among the forward's
-    ``parameters`` as ones over the frames: the axis that is not the ``mel`` bins, else the last axis, then the
-    middle one (the layout decides)."""
+    ``parameters`` as ones over the frames (then as a boolean padding mask of no padded frame): the axis that is not
+    the ``mel`` bins, else the last axis, then the middle one (the layout decides)."""
     names = [n for n in parameters if n.endswith("_mask") and n.startswith(key)]
 
     def masks(candidate: dict[str, Any]) -> Iterator[dict[str, Any]]:
@@ -184,4 +184,6 @@ def feature_masks(parameters: list[str], mel: int | None = None,
         for frames in dict.fromkeys(axes):
             ones = torch.ones(features.shape[0], frames, dtype=torch.long)
             yield {**candidate, **dict.fromkeys(names, ones)}
+            # (or a boolean padding mask, True at padded frames: none here; Gemma 3n's audio_mel_mask)
+            yield {**candidate, **dict.fromkeys(names, ones == 0)}
     return masks

@@ -95,7 +95,8 @@ _HEAD_DIM_KEYS = ("head_dim", "d_kv", "attention_head_dim")
 SIZE_RULES: tuple[SizeRule, ...] = (
     _named("set", HIDDEN, ("hidden_size", "d_model", "n_embd", "embed_dim", "dim", "out_hidden_size", "projection_dim",
                            "word_embed_proj_dim", "hidden_dim_text", "emb_dim", "d_latents",
-                           "projection_hidden_size")),  # (Kimi-K2.5's: its projector's norm over the tower's width)
+                           "projection_hidden_size", "fpn_hidden_size")),
+    # (Kimi-K2.5's projector norms the tower's width; SAM 2's mask decoder reads its vision neck at its own width)
     _named("set", HEADS, _HEAD_KEYS),
     _named("set", KV_HEADS, ("num_key_value_heads", "num_kv_heads", "n_kv_heads", "multi_query_group_num")),
     _named("set", FFN, ("intermediate_size", "ffn_dim", "d_ff", "n_inner", "encoder_ffn_dim", "decoder_ffn_dim",
@@ -234,6 +235,9 @@ def _shrunk(values: dict[str, Any], layers_before: int | None, fit: bool = False
             if not (fit and rule.op == "set" and isinstance(value, int) and 0 < value < new):
                 out[key] = new  # (second try: a set never grows a default, ZAYA routes to 1 expert only)
     out.update(hybrid)
+    stages = [v for k, v in values.items() if k.endswith("_per_stage") and "dim" in k and isinstance(v, list) and v]
+    if "hidden_size" in out and any(s[0] == values.get("hidden_size") for s in stages):
+        del out["hidden_size"]  # the first stage's width, which the per-stage list keeps (SAM 2's Hiera: 96)
     rope_dim = values.get("qk_rope_head_dim")
     if isinstance(rope_dim, int) and values.get("head_dim") == rope_dim:  # multi-head latent attention's rotary dim
         out["head_dim"] = out.get("qk_rope_head_dim", rope_dim)
@@ -252,6 +256,10 @@ def _shrunk(values: dict[str, Any], layers_before: int | None, fit: bool = False
     for key, value in values.items():  # nested sub-configs, e.g. the language model inside a VLM's text_config
         if isinstance(value, dict) and "model_type" in value:
             out[key] = {**value, **_shrunk(value, _layer_count(value), fit)}
+    sizes, before = values.get("backbone_feature_sizes"), _side(values.get("backbone_config"))
+    after = _side(out.get("backbone_config"))
+    if isinstance(sizes, list) and before and after and after < before:  # a neck's feature map sides (SAM 2's), in
+        out["backbone_feature_sizes"] = [[max(1, v * after // before) for v in s] for s in sizes]  # pixels' scale
     pinpoints, vision = values.get("image_grid_pinpoints"), values.get("vision_config")
     if isinstance(pinpoints, list) and isinstance(vision, dict) and isinstance(base := vision.get("image_size"), int):
         side = out.get("vision_config", vision).get("image_size", base)  # LLaVA-NeXT's crop grids are in units of
@@ -260,6 +268,13 @@ def _shrunk(values: dict[str, Any], layers_before: int | None, fit: bool = False
     vocab = min(values.get("vocab_size") or VOCAB, VOCAB) if isinstance(values.get("vocab_size"), int) else VOCAB
     out.update(_token_ids(values, vocab))
     return out
+
+
+def _side(config: Any) -> int | None:
+    """A (sub)config's image side (``image_size`` as an int or ``[h, w]``), ``None`` where it has none."""
+    size = config.get("image_size") if isinstance(config, dict) else None
+    size = size[0] if isinstance(size, list) and size else size
+    return size if isinstance(size, int) and not isinstance(size, bool) else None
 
 
 def _rule(key: str, value: Any, fit: bool) -> SizeRule | None:
