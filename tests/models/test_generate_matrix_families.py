@@ -42,6 +42,12 @@ CASES = [
     pytest.param("qwen3_omni_moe_thinker", "generate", marks=pytest.mark.sweep),
     pytest.param("qwen2_5_omni_thinker", "generate", marks=pytest.mark.sweep),
     pytest.param("dots3_note", "generate", marks=pytest.mark.sweep),
+    # generate() runs the inner language model's own generate on the merged inputs_embeds: the prefill is the outer
+    # forward, the decode the inner model's step (BLIP-2; InstructBLIP's Q-Former prompt fed to get_image_features)
+    ("blip-2", "generate"),
+    pytest.param("instructblip", "generate", marks=pytest.mark.sweep),
+    # Dynamo traces the sample's branch of code that branches on tensor values, asserted at run time
+    ("led", "generate"),
 ]
 
 

@@ -171,6 +171,8 @@ def decompose_prefill_decode(
         gen.max_cache_len = None
     encoder = _encoder_of(model)
     recorder = CallRecorder(model)
+    inner = _delegate_of(model)
+    inner_recorder = CallRecorder(inner) if inner is not None else None
     encoder_recorder = CallRecorder(encoder) if encoder is not None else None
     attrs_before = set(vars(model))
     was_training = model.training
@@ -180,6 +182,8 @@ def decompose_prefill_decode(
             model.generate(**kwargs, generation_config=gen)
     finally:
         recorder.remove()
+        if inner_recorder is not None:
+            inner_recorder.remove()
         if encoder_recorder is not None:
             encoder_recorder.remove()
         for name in set(vars(model)) - attrs_before:
@@ -196,6 +200,19 @@ def decompose_prefill_decode(
             "multi_token_decode=False."
         )
     needed = 1 + (2 if multi_token_decode else 1)
+    if not recorder.calls and inner_recorder is not None and len(inner_recorder.calls) >= needed:
+        # generate() ran the inner language model's generate (BLIP-2): its prefill takes the merged inputs_embeds,
+        # which the outer forward computes, so the prefill is the outer forward on the prompt (with the inner
+        # prefill's cache), the decode the inner model's own step
+        inner_calls = [c for c in inner_recorder.calls if c.get("use_cache") is not False]
+        prefill = {**inputs, "past_key_values": inner_calls[0].get("past_key_values"), "use_cache": True}
+        params = inspect.signature(model.forward).parameters
+        swallows = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())  # (passed on to the LM)
+        prefill = {k: v for k, v in prefill.items() if (k in params or swallows) and v is not None}
+        first = 1 if _cache_length(inner_calls[1]) >= 2 or len(inner_calls) <= needed else 2
+        decode = merge_decode_calls(inner_calls[first], inner_calls[first + 1]) if multi_token_decode \
+            else inner_calls[first]
+        return {"prefill": (model, prefill), "decode": (inner, decode)}
     if len(calls) < needed:
         raise UnsupportedError(
             f"capturing generate() of {type(model).__name__} saw {len(calls)} forward call(s), expected {needed} "
@@ -257,6 +274,14 @@ def _cache_length(call: Mapping[str, Any]) -> int:
             except (TypeError, ValueError, AttributeError, IndexError):
                 return 2
     return 2
+
+
+def _delegate_of(model: torch.nn.Module) -> torch.nn.Module | None:
+    """The inner language model whose own ``generate`` a model's ``generate`` may run (BLIP-2's
+    ``language_model``, a generative model of its own), else ``None``."""
+    inner = getattr(model, "language_model", None)
+    can = getattr(inner, "can_generate", None)
+    return inner if isinstance(inner, torch.nn.Module) and callable(can) and can() else None
 
 
 def _encoder_of(model: torch.nn.Module) -> torch.nn.Module | None:

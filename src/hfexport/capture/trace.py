@@ -13,6 +13,7 @@ trace's own error.
 
 from __future__ import annotations
 
+import copy
 import logging
 from collections.abc import Mapping
 from typing import Any
@@ -63,6 +64,8 @@ def trace_program(model: torch.nn.Module, inputs: Mapping[str, Any], dynamic_sha
         try:
             with functorch_config.patch(fake_tensor_propagate_real_tensors=True):
                 program = _export(model, inputs, dynamic_shapes, config)
+            with torch.no_grad():  # its assumptions must hold on the sample itself (the values the real-tensor
+                program.module()(**copy.deepcopy(dict(inputs)))  # run saw can differ: uninitialised memory)
         except Exception:  # noqa: BLE001 - the fallback did not help: the trace's own error says more
             raise first from None
     held = assumptions_of(program)

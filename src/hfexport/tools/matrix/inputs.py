@@ -271,7 +271,8 @@ def _placed(text: dict[str, torch.Tensor], block: list[int]) -> dict[str, torch.
     return out
 
 
-def _with_image(model: Any, gen: torch.Generator, batch: int, text: dict[str, torch.Tensor]) -> dict[str, Any]:
+def _with_image(model: Any, gen: torch.Generator, batch: int, text: dict[str, torch.Tensor],
+                context: dict[str, Any] | None = None) -> dict[str, Any]:
     """One image per row (:func:`_image_kwargs`) and as many image tokens as the vision tower makes features (wrapped
     in the family's start and end tokens where it has them), right after each row's left padding. Falls back to the
     text alone (``{}``) when the model needs more than that or takes no plain image-token id: the eager forward
@@ -284,7 +285,10 @@ def _with_image(model: Any, gen: torch.Generator, batch: int, text: dict[str, to
         return {}
     hidden = config.get_text_config(decoder=True).hidden_size
     params = inspect.signature(model.forward).parameters
+    wanted = inspect.signature(features).parameters  # (inputs already built that it takes: InstructBLIP's
+    given = {k: v for k, v in (context or {}).items() if k in wanted and k not in text}  # Q-Former prompt)
     for extra in _image_kwargs(model, features, gen, batch):
+        extra = {**given, **extra}
         try:
             with torch.no_grad():
                 per_image = _feature_count(features(**extra)) // (batch * hidden)
@@ -465,7 +469,7 @@ def sample_inputs(model: Any, model_type: str, batch: int = 2, seq: int = 6,
     with_text = None
     if text_too:  # with image placeholders where the model takes them (BLIP-2's query tokens), else plain text
         text = _text(model, gen, batch, seq, params)
-        with_text = {**out, **text, **_with_image(model, gen, batch, text)}
+        with_text = {**out, **text, **_with_image(model, gen, batch, text, out)}
     # the aliased main input may be hidden states after all (VibeVoice's acoustic decoder: latents)
     states = _hidden_states(model, gen, batch, seq, [alias], out, params) if alias and _is_hidden_like(alias) else ()
     out = first_that_runs(model, chain(variants(out, layouts, masks),
