@@ -554,7 +554,8 @@ def test_images_are_sized_for_a_windowed_tower_and_larger_sides_are_tried_where_
 def test_an_image_first_class_gets_the_text_it_needs_with_its_query_token_placeholders():
     """BLIP's captioner ran on pixels alone into a None text; BLIP-2 and InstructBLIP required input_ids (and
     InstructBLIP its Q-Former's qformer_input_ids); BLIP-2's text holds one placeholder per query token, whose id is
-    None by default ('bool' object has no attribute 'unsqueeze'): the second try's rules give it one."""
+    None by default ('bool' object has no attribute 'unsqueeze'): the second try's rules give it one. So does
+    InstructBLIP's, whose get_image_features also reads the Q-Former's prompt."""
     import torch
 
     blip = build_model("blip", "BlipForConditionalGeneration")
@@ -568,10 +569,10 @@ def test_an_image_first_class_gets_the_text_it_needs_with_its_query_token_placeh
         model = build_model(model_type, class_name, fit=True)
         inputs = sample_inputs(model, model_type)
         per_row = (inputs["input_ids"] == model.config.image_token_index).sum(-1).tolist()
-        if model_type == "blip-2":
-            assert per_row == [model.config.num_query_tokens] * 2
-        else:  # its get_image_features takes the Q-Former's text too: plain text, no placeholders
-            assert per_row == [0, 0] and inputs["qformer_input_ids"].shape == (2, 6)
+        # (InstructBLIP's get_image_features takes the Q-Former's prompt too: given the one built beside the text)
+        assert per_row == [model.config.num_query_tokens] * 2
+        if model_type == "instructblip":
+            assert inputs["qformer_input_ids"].shape == (2, 6)
         with torch.no_grad():
             model(**inputs)
 
