@@ -2,13 +2,14 @@
 
 Where the trace stops on a guard it cannot decide from shapes (``GuardOnDataDependentSymNode``: a branch on
 ``mask.any()``, a size read from a tensor), and the backend's runtime checks the runtime assertions a program
-carries (:attr:`~hfexport.exporter.HfExporter.checks_runtime_asserts`: the ``ExportedProgram`` of Dynamo, the
-AOTInductor package), the graph is traced again with the sample's real values propagated
+carries (:attr:`~hfexport.exporter.HfExporter.checks_runtime_asserts`: the ``ExportedProgram`` of Dynamo), the
+graph is traced again with the sample's real values propagated
 (``torch._functorch.config.fake_tensor_propagate_real_tensors``, what ``torch.export.draft_export`` does): each
 undecidable guard takes the sample's branch and becomes a runtime assertion of the program. An input that takes
 another branch then fails with :class:`~hfexport.errors.UnsupportedError` naming the assumption, instead of giving
 another branch's result. Backends whose lowering drops runtime assertions (ONNX, OpenVINO, ExecuTorch) keep the
-trace's own error.
+trace's own error, and so does AOTInductor for now: Inductor 2.13 fails to compile Longformer's assertions
+(``InductorError: unsupported operand type(s) for -: 'Equality' and 'Equality'``).
 """
 
 from __future__ import annotations

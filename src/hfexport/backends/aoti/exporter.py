@@ -37,7 +37,6 @@ class AotiExporter(HfExporter):
 
     export_format = ExportFormat.AOTI
     config_class = AotiConfig
-    checks_runtime_asserts = True  # (a data-dependent branch traced on the sample: capture.trace)
     #: loading a saved export loads (and runs) the shared library inside it
     loads_machine_code = True
 
