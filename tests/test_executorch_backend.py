@@ -413,3 +413,27 @@ def test_a_runtime_assert_on_a_data_dependent_size_lowers_with_the_prim_ops_exec
     x = torch.randn(4, 3)
     for count in (1, 3):
         assert torch.allclose(exported(x=x, count=torch.tensor(count)), x * count)
+
+
+@pytest.mark.parametrize("shape", [(2, 3, 8, 16, 16), (2, 3, 9, 18, 17)])
+def test_a_video_tubelet_convolution_is_the_same_linear_over_its_windows(shape):
+    """ViViT / VideoMAE cut a clip into tubelets with a Conv3d of stride = kernel, which ExecuTorch's portable kernel
+    cannot run (5-D input: error 0x12) and XNNPACK does not delegate (workaround executorch-conv3d-patches); the
+    remainder a strided convolution drops (9 frames, 17 pixels) is dropped too."""
+    from hfexport.workarounds.executorch_conv3d_patches import _is_patch_embedding, _tubelets
+
+    torch.manual_seed(0)
+    conv, x = torch.nn.Conv3d(3, 7, (2, 4, 4), stride=(2, 4, 4)), torch.randn(*shape)
+    assert _is_patch_embedding(conv, x)
+    with torch.no_grad():
+        assert (_tubelets(conv, x) - conv(x)).abs().max() <= 1e-5
+    overlapping = torch.nn.Conv3d(3, 7, (2, 4, 4), stride=(1, 2, 2))  # windows that overlap keep their forward
+    assert not _is_patch_embedding(overlapping, x)
+
+
+def test_a_video_model_exports_to_executorch_like_eager():
+    from hfexport.tools.matrix.worker import run_case
+
+    result = run_case("vivit", "VivitModel", "feature-extraction", "executorch", "export")
+    assert result["status"] == "pass", result["reason"]
+    assert result["max_abs_diff"] <= 1e-3
