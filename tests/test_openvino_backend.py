@@ -438,3 +438,21 @@ def test_a_boolean_mask_fill_converts_as_a_where():
     for ids in (torch.tensor([[3, 3, 1], [4, 4, 4], [1, 2, 3]]), torch.tensor([[5, 6, 7, 8, 9]])):
         with torch.no_grad():
             assert torch.allclose(exported(ids=ids), model(ids), atol=1e-6)
+
+
+def test_an_output_named_like_an_input_keeps_both_ports_and_runs_after_a_reload(tmp_path):
+    """An encoder that returns its attention_mask (UDOP's): naming the output port took the name off the input port
+    (a model's tensor names are unique), which the runner then could not feed ("input [] is not in its export
+    metadata"); the output is named ``returned.attention_mask``."""
+
+    class MaskEcho(torch.nn.Module):
+        def forward(self, x, attention_mask):
+            return {"hidden": x * attention_mask[..., None], "attention_mask": attention_mask * 2}
+
+    inputs = {"x": torch.randn(2, 3, 4), "attention_mask": torch.tensor([[0, 1, 1], [1, 1, 1]])}
+    exported = OpenVINOExporter().export(MaskEcho(), inputs, OpenVINOConfig())
+    assert [sorted(p.get_names()) for p in exported.program.inputs] == [["x"], ["attention_mask"]]
+    exported.save_pretrained(tmp_path)
+    out = ExportedModel.from_pretrained(tmp_path)(**inputs)
+    assert torch.equal(out["attention_mask"], inputs["attention_mask"] * 2)
+    assert torch.allclose(out["hidden"], inputs["x"] * inputs["attention_mask"][..., None])

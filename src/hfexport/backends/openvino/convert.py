@@ -23,6 +23,7 @@ __all__ = ["convert", "name_ports", "input_names", "output_names", "FrontendErro
            "PRESENT"]
 
 PRESENT = "present."
+RETURNED = "returned."
 
 
 def input_names(metadata: ExportMetadata) -> list[str]:
@@ -30,7 +31,12 @@ def input_names(metadata: ExportMetadata) -> list[str]:
 
 
 def output_names(metadata: ExportMetadata) -> list[str]:
-    return [PRESENT + s.name if s.role is IORole.CACHE_OUTPUT else s.name for s in metadata.user_outputs]
+    """The output ports' names: a cache output's under :data:`PRESENT`, an output named like an input (UDOP's
+    encoder returns its ``attention_mask``) under :data:`RETURNED` (a model's tensor names are unique: naming the
+    output took the name off the input, which the runner then could not feed)."""
+    taken = set(input_names(metadata))
+    return [PRESENT + s.name if s.role is IORole.CACHE_OUTPUT else RETURNED + s.name if s.name in taken else s.name
+            for s in metadata.user_outputs]
 
 
 class FrontendError(RuntimeError):
