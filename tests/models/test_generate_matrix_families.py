@@ -45,6 +45,9 @@ CASES = [
     # generate() runs the inner language model's own generate on the merged inputs_embeds: the prefill is the outer
     # forward, the decode the inner model's step (BLIP-2; InstructBLIP's Q-Former prompt fed to get_image_features)
     ("blip-2", "generate"),
+    # Kosmos-2's text model generates with the image embeddings at the positions of image_embeds_position_mask (no
+    # placeholder id): its prefill graph runs the vision tower, the mask goes to the prompt's call only
+    ("kosmos-2", "generate"),
     pytest.param("instructblip", "generate", marks=pytest.mark.sweep),
     # Dynamo traces the sample's branch of code that branches on tensor values, asserted at run time
     ("led", "generate"),

@@ -279,9 +279,12 @@ def _cache_length(call: Mapping[str, Any]) -> int:
 def _delegate_of(model: torch.nn.Module) -> torch.nn.Module | None:
     """The inner language model whose own ``generate`` a model's ``generate`` may run (BLIP-2's
     ``language_model``, a generative model of its own), else ``None``."""
-    inner = getattr(model, "language_model", None)
-    can = getattr(inner, "can_generate", None)
-    return inner if isinstance(inner, torch.nn.Module) and callable(can) and can() else None
+    for name in ("language_model", "text_model"):  # (Kosmos-2's text model generates with the image embeddings)
+        inner = getattr(model, name, None)
+        can = getattr(inner, "can_generate", None)
+        if isinstance(inner, torch.nn.Module) and callable(can) and can():
+            return inner
+    return None
 
 
 def _encoder_of(model: torch.nn.Module) -> torch.nn.Module | None:

@@ -43,7 +43,11 @@ def decompose_for_generation(
         # a model whose encoders this package does not split out (Fuyu, Gemma4 unified): generate() ran them before
         # the first forward; the prefill graph runs them itself on the modality inputs, as a caller passes them
         components["prefill"] = (prefill_model, with_modality_inputs(prefill_model, prefill_inputs, inputs))
-    if is_multimodal(model):
+    if is_multimodal(model) and not _places_by_id(model):
+        # a model that places its image by a mask rather than placeholder ids (Kosmos-2's image_embeds_position_mask):
+        # no token merge to split out, the prefill graph runs the vision tower on the modality inputs itself
+        components["prefill"] = (prefill_model, with_modality_inputs(prefill_model, prefill_inputs, inputs))
+    elif is_multimodal(model):
         prefill_model, prefill_inputs = components.pop("prefill")
         decode = components.pop("decode")
         # generate() ran the encoders before the first forward and passed mm_encoder_outputs: give the modality
@@ -52,6 +56,13 @@ def decompose_for_generation(
         components.update(parts)
         components["decode"] = decode
     return {name: (module, CapturedKwargs(kwargs)) for name, (module, kwargs) in components.items()}
+
+
+def _places_by_id(model: torch.nn.Module) -> bool:
+    """Whether the model's config names the placeholder id its image (or other modality) features replace."""
+    config = getattr(model, "config", None)
+    return any(getattr(config, f"{m}_token_{suffix}", None) is not None
+               for m in ("image", "video", "audio") for suffix in ("id", "index"))
 
 
 def last_logits_only(model: torch.nn.Module, inputs: Mapping[str, Any]) -> Mapping[str, Any]:

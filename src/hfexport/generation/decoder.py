@@ -29,6 +29,10 @@ def decoder_session(exported: Any, inputs: dict, max_new_tokens: int) -> tuple[t
     # a model that keeps no cache: the decode component is the prefill's graph, run on the whole sequence so far
     rereads = decode.cache_key is None and exported.components["decode"].program is exported.components["prefill"].program
     carried = _carried(decode, inputs)
+    # what generate() passed the decode steps as None, the prompt's alone (Kosmos-2's image_embeds_position_mask,
+    # an unsplit model's pixels): given to the prefill only
+    constants = decode.metadata.in_constants
+    per_step = {k: v for k, v in inputs.items() if not (k in constants and constants[k] is None and v is not None)}
     prompt_len = _prefill_length(prefill, decode, input_ids.shape[-1], rereads or not (decode.cache_key or carried))
     text.length = prompt_len
     out = prefill.runner(**inputs, input_ids=input_ids[:, :prompt_len],
@@ -39,11 +43,12 @@ def decoder_session(exported: Any, inputs: dict, max_new_tokens: int) -> tuple[t
         position = text.advance(mask2d[:, text.length] if prompt else None)
         if rereads:
             state["ids"] = torch.cat([state["ids"], token[:, None]], dim=-1)
-            state["out"] = decode.runner(**inputs, input_ids=state["ids"], **text.kwargs(decode, 0, position + 1, None))
+            state["out"] = decode.runner(**per_step, input_ids=state["ids"],
+                                         **text.kwargs(decode, 0, position + 1, None))
             return state["out"].logits
         cache = getattr(state["out"], decode.cache_key) if decode.cache_key else None
         handed = {key: getattr(state["out"], key) for key in carried} if carried else {}
-        state["out"] = decode.runner(**inputs, **handed, input_ids=token[:, None],
+        state["out"] = decode.runner(**per_step, **handed, input_ids=token[:, None],
                                      **text.kwargs(decode, position, 1, cache))
         return state["out"].logits
 
