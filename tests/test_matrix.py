@@ -251,6 +251,10 @@ def test_inputs_whose_layout_the_config_does_not_say_are_found_by_running_the_mo
       "image_embeds_position_mask": (2, 68)}),
     # a boolean padding mask (Gemma 3n's audio tower: True at padded frames), over the frames, not the 128 bins
     ("gemma3n_audio", "Gemma3nAudioEncoder", {"audio_mel": (2, 32, 128), "audio_mel_mask": (2, 32)}),
+    # a text-and-audio dual encoder gets a spectrogram too, as one channel [B, 1, frames, mel] (CLAP's; its
+    # hierarchical tower's first width halved per stage into its hidden size); whole windows of 2 * n_window frames
+    ("clap", "ClapModel", {"input_ids": (2, 6), "attention_mask": (2, 6), "input_features": (2, 1, 32, 8)}),
+    ("qwen3_asr_encoder", "Qwen3ASREncoder", {"input_features": (2, 8, 100), "input_features_mask": (2, 100)}),
     # SAM 2's Hiera keeps its first stage's width (embed_dim_per_stage[0]) as its hidden size
     ("sam2_vision_model", "Sam2VisionModel", {"pixel_values": (2, 3, 32, 32)}),
 ])

@@ -118,6 +118,9 @@ def _features(model: Any, gen: torch.Generator, batch: int) -> torch.Tensor:
     config = model.config
     mel = _find(config, "num_mel_bins")
     positions = _find(config, "max_source_positions")
+    window = _find(config, "n_window")  # a tower that reads whole windows of 2 * n_window frames (Qwen3-ASR's)
+    if mel and isinstance(window, int) and 0 < window <= 512:
+        return torch.randn(batch, mel, 2 * window, generator=gen)
     if mel and positions:
         return torch.randn(batch, mel, 2 * positions, generator=gen)
     feat = _find(config, *_FEATURE_SIZES)
@@ -412,6 +415,8 @@ def sample_inputs(model: Any, model_type: str, batch: int = 2, seq: int = 6,
         out.update(_with_image(model, gen, batch, out))
     elif main == "input_ids" and "input_features" in params and model.can_generate():  # audio-text-to-text
         out.update(_with_audio(model, gen, batch, out))
+    elif main == "input_ids" and "input_features" in params and not model.can_generate():  # CLAP: text and audio
+        out["input_features"] = _features(model, gen, batch)
     elif main == "input_ids" and "pixel_values" in params and not model.can_generate():  # CLIP-like dual encoders
         # (or an encoder over text with image tokens: ModernVBERT)
         out.update(_with_image(model, gen, batch, out) or {"pixel_values": _pixels(model, gen, batch)})

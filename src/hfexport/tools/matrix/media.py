@@ -161,10 +161,13 @@ def audio_layouts(values: torch.Tensor) -> Iterator[torch.Tensor]:
 
 
 def feature_layouts(features: torch.Tensor) -> Iterator[torch.Tensor]:
-    """Features ``[B, a, b]`` as they are and transposed."""
+    """Features ``[B, a, b]`` as they are and transposed, then each as one channel ``[B, 1, a, b]`` (CLAP's
+    spectrogram image)."""
     yield features
     if features.dim() == 3:
         yield features.transpose(1, 2).contiguous()
+        yield features.unsqueeze(1)
+        yield features.transpose(1, 2).unsqueeze(1).contiguous()
 
 
 def feature_masks(parameters: list[str], mel: int | None = None,

@@ -235,6 +235,10 @@ def _shrunk(values: dict[str, Any], layers_before: int | None, fit: bool = False
             if not (fit and rule.op == "set" and isinstance(value, int) and 0 < value < new):
                 out[key] = new  # (second try: a set never grows a default, ZAYA routes to 1 expert only)
     out.update(hybrid)
+    depths, width = out.get("depths", values.get("depths")), values.get("patch_embeds_hidden_size")
+    if isinstance(depths, list) and depths and isinstance(width, int) and "hidden_size" in out:
+        # a hierarchical audio tower (CLAP's HTSAT) doubling its width per stage into a hidden_size-wide projection
+        out["patch_embeds_hidden_size"] = max(out["hidden_size"] >> (len(depths) - 1), 1)
     stages = [v for k, v in values.items() if k.endswith("_per_stage") and "dim" in k and isinstance(v, list) and v]
     if "hidden_size" in out and any(s[0] == values.get("hidden_size") for s in stages):
         del out["hidden_size"]  # the first stage's width, which the per-stage list keeps (SAM 2's Hiera: 96)
