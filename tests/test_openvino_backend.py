@@ -456,3 +456,12 @@ def test_an_output_named_like_an_input_keeps_both_ports_and_runs_after_a_reload(
     out = ExportedModel.from_pretrained(tmp_path)(**inputs)
     assert torch.equal(out["attention_mask"], inputs["attention_mask"])
     assert torch.allclose(out["hidden"], inputs["x"] * inputs["attention_mask"][..., None])
+
+
+def test_a_decode_step_without_a_mask_generates_like_eager_on_the_fused_stateful_attention():
+    """Kosmos-2's text model attends its one decode query with no mask: the frontend's scalar mask stopped the CPU
+    plugin's fused attention-with-cache at the first step (workaround openvino-sdpa-no-mask)."""
+    from hfexport.tools.matrix.worker import run_case
+
+    result = run_case("kosmos-2", "Kosmos2ForConditionalGeneration", "image-text-to-text", "openvino", "generate")
+    assert result["status"] == "pass" and result["mismatched_tokens"] == 0, result["reason"]
