@@ -12,6 +12,7 @@ from typing import Any
 
 import torch
 
+from ..errors import UnsupportedError
 from .decompose import decompose_prefill_decode
 from .kwargs import CapturedKwargs
 from .multimodal import decompose_multimodal, is_multimodal, with_modality_inputs
@@ -43,16 +44,20 @@ def decompose_for_generation(
         # a model whose encoders this package does not split out (Fuyu, Gemma4 unified): generate() ran them before
         # the first forward; the prefill graph runs them itself on the modality inputs, as a caller passes them
         components["prefill"] = (prefill_model, with_modality_inputs(prefill_model, prefill_inputs, inputs))
-    if is_multimodal(model) and not _places_by_id(model):
-        # a model that places its image by a mask rather than placeholder ids (Kosmos-2's image_embeds_position_mask):
-        # no token merge to split out, the prefill graph runs the vision tower on the modality inputs itself
-        components["prefill"] = (prefill_model, with_modality_inputs(prefill_model, prefill_inputs, inputs))
-    elif is_multimodal(model):
+    if is_multimodal(model):
         prefill_model, prefill_inputs = components.pop("prefill")
         decode = components.pop("decode")
         # generate() ran the encoders before the first forward and passed mm_encoder_outputs: give the modality
         # inputs back so that the captured forward runs (and shows) the encoders
-        parts = decompose_multimodal(prefill_model, with_modality_inputs(prefill_model, prefill_inputs, inputs))
+        modal = with_modality_inputs(prefill_model, prefill_inputs, inputs)
+        try:
+            parts = decompose_multimodal(prefill_model, modal)
+        except UnsupportedError:
+            if _places_by_id(model):
+                raise
+            # a model that places its image by a mask, not placeholder ids (Kosmos-2's image_embeds_position_mask):
+            # no token merge to split out, the prefill graph runs the vision tower on the modality inputs itself
+            parts = {"prefill": (prefill_model, modal)}
         components.update(parts)
         components["decode"] = decode
     return {name: (module, CapturedKwargs(kwargs)) for name, (module, kwargs) in components.items()}
