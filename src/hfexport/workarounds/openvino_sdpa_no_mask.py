@@ -37,7 +37,7 @@ def _arg(node: Any, index: int, name: str) -> Any:
 def _zero_mask(graph: Any, node: Any) -> bool:
     import torch
 
-    from ..capture.graph_passes import traced
+    from ..capture.graph_passes import call_with_value, traced
 
     if node.target is not torch.ops.aten.scaled_dot_product_attention.default:
         return False
@@ -48,16 +48,14 @@ def _zero_mask(graph: Any, node: Any) -> bool:
         return False  # (a decode step's one query only: an encoder's or a prompt's attention is never fused with a
     aten = torch.ops.aten  # cache, and keeps its mask-less form)
     # [batch, 1, 1, keys]: one zero per key, shaped from the keys themselves (a [1, 1, 1, 1] mask converts and runs,
-    # but the fused node's second decode step then went wrong; a zeros() of symbolic sizes does not convert)
-    steps = [(aten.slice.Tensor, (1, 0, 1), key[:, :1]), (aten.slice.Tensor, (3, 0, 1), key[:, :1, :, :1]),
-             (aten.transpose.int, (2, 3), key[:, :1, :, :1].transpose(2, 3))]
-    current = node.args[1]
+    # but the fused node's second decode step then went wrong; a zeros() of symbolic sizes does not convert); the
+    # keys' dtype is the query's (SDPA takes one dtype)
+    one = key[:, :1, :, :1]
     with graph.inserting_before(node):
-        for op, args, val in steps:
-            current = graph.call_function(op, (current, *args))
-            current.meta["val"] = val
-        zero = graph.call_function(aten.zeros_like.default, (current,), {"dtype": query.dtype})
-    zero.meta["val"] = torch.zeros_like(steps[-1][2], dtype=query.dtype)
+        heads = call_with_value(graph, aten.slice.Tensor, (node.args[1], 1, 0, 1), key[:, :1])
+        first = call_with_value(graph, aten.slice.Tensor, (heads, 3, 0, 1), one)
+        row = call_with_value(graph, aten.transpose.int, (first, 2, 3), one.transpose(2, 3))
+        zero = call_with_value(graph, aten.zeros_like.default, (row,), torch.zeros_like(one.transpose(2, 3)))
     # (query, key and value are always positional: the mask is the fourth argument, or a keyword)
     node.args = (*node.args[:_MASK], zero, *node.args[_MASK + 1:])
     node.kwargs = {k: v for k, v in node.kwargs.items() if k != "attn_mask"}
