@@ -1,5 +1,6 @@
-"""A model that branches on tensor values (capture/trace.py): traced on the sample's branch where the runtime checks
-the program's runtime assertions (Dynamo), refused where the lowering drops them (ONNX)."""
+"""A model that branches on tensor values (capture/trace.py): traced on the sample's branch, the other branch refused
+by name, through the program's runtime assertions (Dynamo) or boolean outputs its runner checks (capture/assumptions.py:
+ONNX, OpenVINO, ExecuTorch, AOTInductor)."""
 
 from __future__ import annotations
 
@@ -36,11 +37,57 @@ def test_a_data_dependent_branch_is_traced_on_the_sample_and_the_other_branch_re
         exported(**glob)
 
 
-def test_a_backend_that_drops_runtime_assertions_keeps_the_trace_error(longformer):
-    pytest.importorskip("onnxscript", reason="ONNX backend extra not installed (pip install 'hfexport[onnx]')")
-    from hfexport import OnnxConfig, OnnxExporter
+class Branchy(torch.nn.Module):
+    """Branches on a value of its input: doubles a positive sum, else subtracts one."""
 
-    model, local, _ = longformer
-    with pytest.raises(ExportError, match="GuardOnDataDependentSymNode") as info:
-        OnnxExporter().export(model, local, OnnxConfig(dynamic=False))
-    assert info.value.stage == "trace"
+    def forward(self, x):
+        if x.sum() > 0:
+            return x * 2
+        return x - 1
+
+
+_BACKENDS = {"onnx": ("OnnxExporter", "OnnxConfig", "onnxscript"),
+             "openvino": ("OpenVINOExporter", "OpenVINOConfig", "openvino"),
+             "executorch": ("ExecutorchExporter", "ExecutorchConfig", "executorch"),
+             "aoti": ("AotiExporter", "AotiConfig", "torch")}
+
+
+@pytest.mark.parametrize("fmt", ["onnx", "openvino", "executorch",
+                                 pytest.param("aoti", marks=pytest.mark.sweep)])  # (AOTI: a 25 s compile)
+def test_a_backend_that_drops_runtime_assertions_returns_them_as_checks_its_runner_makes(fmt, tmp_path):
+    import hfexport
+    from hfexport.metadata import IORole
+
+    exporter_name, config_name, package = _BACKENDS[fmt]
+    pytest.importorskip(package, reason=f"the {fmt} backend's extra is not installed (pip install 'hfexport[{fmt}]')")
+    model, positive, negative = Branchy(), {"x": torch.full((2, 3), 0.5)}, {"x": -torch.ones(2, 3)}
+    assert not torch.equal(model(**positive), positive["x"] - 1)  # the branch changes eager's result
+
+    exported = getattr(hfexport, exporter_name)().export(model, {"x": torch.ones(2, 3)}, getattr(hfexport, config_name)())
+    assert "Eq(u0, 1)" in exported.components["model"].metadata.assumptions
+    checks = [s for s in exported.components["model"].metadata.outputs if s.role is IORole.CHECK]
+    assert len(checks) == len(exported.components["model"].metadata.assumptions) and [s.dtype for s in checks] == ["bool"] * len(checks)
+    assert torch.equal(exported(**positive), model(**positive))  # the checks are not among the model's outputs
+    with pytest.raises(UnsupportedError, match=r"another branch of Branchy.*Eq\(u0, 1\)"):
+        exported(**negative)
+    exported.save_pretrained(tmp_path)
+    reloaded = hfexport.ExportedModel.from_pretrained(tmp_path, trust_remote_code=fmt == "aoti")  # (its own code)
+    assert torch.equal(reloaded(**positive), model(**positive))
+    with pytest.raises(UnsupportedError, match=r"Eq\(u0, 1\)"):
+        reloaded(**negative)
+
+
+def test_assumptions_are_computed_with_tensor_ops_only():
+    """OpenVINO's frontend converts no symbolic scalar op (operator.eq, sym_not, sym_ite): none may be left."""
+    from hfexport import DynamoConfig
+    from hfexport.capture.trace import trace_program
+
+    program, assumptions = trace_program(Branchy(), {"x": torch.ones(2, 3)}, None, DynamoConfig(),
+                                         checks_runtime_asserts=False)
+    assert "Eq(u0, 1)" in assumptions
+    calls = [n.target for n in program.graph.nodes if n.op == "call_function"]
+    assert torch.ops.aten._assert_scalar.default not in calls
+    assert all(isinstance(t, torch._ops.OpOverload) for t in calls), calls
+    flat = program.module()(x=torch.ones(2, 3))
+    assert torch.equal(flat[0], torch.full((2, 3), 2.0)) and all(bool(c) for c in flat[1])
+    assert not all(bool(c) for c in program.module()(x=-torch.ones(2, 3))[1])

@@ -78,8 +78,17 @@ def test_unexportable_attention_is_refused_before_tracing(impl, monkeypatch):
 
 
 def test_trace_failure_names_component_submodule_inputs_and_hint(monkeypatch):
-    # (a runtime that checks runtime assertions would trace the sample's branch instead: test_data_dependent_trace)
-    monkeypatch.setattr(DynamoExporter, "checks_runtime_asserts", False)
+    # (the fallback that traces the sample's branch is tested in test_data_dependent_trace; here it fails)
+    from hfexport.capture import trace
+
+    traced = trace._export
+
+    def without_fallback(*args):
+        if torch._functorch.config.fake_tensor_propagate_real_tensors:
+            raise RuntimeError("the fallback fails too")
+        return traced(*args)
+
+    monkeypatch.setattr(trace, "_export", without_fallback)
 
     class Branchy(torch.nn.Module):
         def forward(self, x):

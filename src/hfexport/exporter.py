@@ -26,7 +26,7 @@ from ._versions import TESTED, check_packages, pip_line
 from .capture.derive import derive_vision_inputs
 from .capture.prepare import check_attention_implementation, patch_model_config, prepare_for_export
 from .capture.shapes import StageDynamicShapes, resolve_dynamic_shapes
-from .capture.trace import trace_program
+from .capture.trace import lowering_scope, trace_program
 from .configs import ExportConfigMixin, ExportFormat
 from .errors import ConfigError, ExportError, HfExportError, UnsupportedError
 from .exported import ExportedComponent, ExportedModel
@@ -62,7 +62,8 @@ class HfExporter(abc.ABC):
     program_filename: ClassVar[str] = "model"
     #: distributions whose versions the metadata of each traced graph records (besides torch and transformers)
     trace_packages: ClassVar[tuple[str, ...]] = ()
-    #: the runtime checks a traced program's runtime assertions (see :mod:`hfexport.capture.trace`)
+    #: the runtime checks a traced program's runtime assertions (else they become outputs the runner checks:
+    #: :mod:`hfexport.capture.trace`)
     checks_runtime_asserts: ClassVar[bool] = False
     #: called with each :class:`~hfexport.stages.StageTiming` as its stage ends (the CLI prints them), and with
     #: ``(component, stage)`` as each starts (the CLI shows the elapsed time of a long one)
@@ -253,8 +254,8 @@ class HfExporter(abc.ABC):
                 model, flags
             ), torch.no_grad():
                 with stage("trace"):
-                    program = trace_program(model, inputs, dynamic_shapes, config,
-                                            checks_runtime_asserts=self.checks_runtime_asserts)
+                    program, assumptions = trace_program(model, inputs, dynamic_shapes, config,
+                                                         checks_runtime_asserts=self.checks_runtime_asserts)
                 if quantizer is not None and not quantizer.quantizes_module:  # (that one ran before the trace)
                     with stage("quantize"):
                         if quantizer.quantizes_fx_graph:
@@ -263,10 +264,11 @@ class HfExporter(abc.ABC):
                             quantizer.read_program(program)
                 with stage("signature"):
                     metadata = build_export_metadata(
-                        program, model, inputs, config, packages=self.trace_packages, workarounds=fired, flags=flags
+                        program, model, inputs, config, packages=self.trace_packages, workarounds=fired, flags=flags,
+                        assumptions=assumptions,
                     )
                     metadata.derived_inputs = derived
-                with stage("lower"):
+                with stage("lower"), lowering_scope(program):
                     lowered = self.lower(program, metadata, step)
             _warn_specialised(metadata, dynamic_shapes, config)
         finally:

@@ -32,6 +32,7 @@ class IORole(str, enum.Enum):
     CACHE_OUTPUT = "cache_output"
     MUTATION = "mutation"  # the new value of an input the graph updates in place (USER_INPUT_MUTATION)
     STATE = "state"  # kept inside the backend between calls (e.g. OpenVINO variables)
+    CHECK = "check"  # a boolean the runner checks after the call: an assumption of the trace (capture.assumptions)
 
     def __str__(self) -> str:
         return self.value
@@ -287,6 +288,8 @@ class ExportMetadata:
     #: traced inputs the model derives from another input in Python (a vision tower's packed offsets from its
     #: grid), computed again from the caller's input at run time (:mod:`hfexport.derived`)
     derived_inputs: list[DerivedInput] = dataclasses.field(default_factory=list)
+    #: what the trace assumed of the inputs' values (``Ne(u0, 1)``), one per :attr:`IORole.CHECK` output, in order
+    assumptions: list[str] = dataclasses.field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
@@ -316,6 +319,8 @@ class ExportMetadata:
         derived = kwargs.get("derived_inputs", [])
         _expect(all(isinstance(d, Mapping) for d in derived), "derived_inputs", derived, "a list of objects")
         kwargs["derived_inputs"] = [DerivedInput.from_dict(d) for d in derived]
+        texts = kwargs.get("assumptions", [])
+        _expect(all(isinstance(t, str) for t in texts), "assumptions", texts, "a list of strings")
         return cls(**kwargs)
 
     # --- derived views, used by the runners -------------------------------------------------------------------
@@ -323,6 +328,11 @@ class ExportMetadata:
     @property
     def user_outputs(self) -> list[TensorSpec]:
         return [s for s in self.outputs if s.role in (IORole.OUTPUT, IORole.CACHE_OUTPUT)]
+
+    @property
+    def checks(self) -> list[TensorSpec]:
+        """The boolean outputs that check :attr:`assumptions` (after every other output)."""
+        return [s for s in self.outputs if s.role is IORole.CHECK]
 
     @property
     def mutations(self) -> list[TensorSpec]:
@@ -422,6 +432,7 @@ _FIELD_TYPES: dict[str, tuple[Any, str]] = {
     "in_constants": (dict, "an object"), "out_constants": (list, "a list"), "inputs": (list, "a list"),
     "outputs": (list, "a list"), "workarounds": (list, "a list"), "program_constants": (list, "a list"),
     "compiled_for": (dict, "an object"), "dim_ranges": (dict, "an object"), "derived_inputs": (list, "a list"),
+    "assumptions": (list, "a list"),
 }
 
 

@@ -88,6 +88,7 @@ class ModelRunner:
         self._input_dtypes = [torch_dtype(s.dtype) for s in self._tensor_inputs]
         self._out_spec = load_spec(metadata.out_spec) if metadata.out_spec else None
         self._n_user = len(metadata.user_outputs)
+        self._assumptions = list(metadata.assumptions)
         self._out_constants = {int(i): v for i, v in metadata.out_constants}
         self._warned_dropped: set[str] = set()
 
@@ -314,6 +315,26 @@ class ModelRunner:
     def run_flat(self, inputs: list[torch.Tensor], *, share_outputs: bool) -> list[Any]:
         """Run the program on flat tensor inputs; return its flat outputs (mutations first, user outputs last)."""
         raise NotImplementedError
+
+    def checked(self, outputs: list) -> list:
+        """The program's flat outputs without its assumption checks (the last ones, see
+        :mod:`hfexport.capture.assumptions`), once each is true; a backend's runner calls it on what the runtime
+        returned.
+
+        Raises:
+            UnsupportedError: An input took a branch of the model other than the one the export was traced on.
+        """
+        if not self._assumptions:
+            return outputs
+        count = len(self._assumptions)
+        failed = [text for text, flag in zip(self._assumptions, outputs[-count:]) if not bool(flag)]
+        if failed:
+            raise UnsupportedError(
+                f"these inputs take another branch of {self.metadata.architecture}'s data-dependent code than the "
+                f"sample it was traced with, which the export assumed ({'; '.join(failed)}): re-export with sample "
+                "inputs that take the branch you run, or export that branch as its own graph"
+            )
+        return outputs[:-count]
 
     def unflatten(self, outputs: list) -> Any:
         """Rebuild the model's outputs from the program's flat ones (which come last) and the recorded constants."""

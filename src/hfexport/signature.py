@@ -111,6 +111,7 @@ def build_export_metadata(
     packages: tuple[str, ...] = (),
     workarounds: list[str] | None = None,
     flags: Mapping[str, Any] | None = None,
+    assumptions: list[str] | None = None,
 ) -> ExportMetadata:
     """The metadata of one traced graph: spec fields, tree specs and the typed flat signature.
 
@@ -122,11 +123,14 @@ def build_export_metadata(
         packages: Backend packages whose versions to record besides torch and transformers.
         workarounds: Ids of the workarounds that fired.
         flags: Output flags (``use_cache``, ...) applied to the config during the trace; recorded as constants.
+        assumptions: What the program's last outputs check (:func:`~hfexport.capture.assumptions.assumptions_as_outputs`,
+            whose output tree is ``(model outputs, checks)``): those outputs get :attr:`IORole.CHECK`.
     """
     named_inputs, in_spec = flatten_with_names(dict(inputs))
     tensor_inputs, in_constants, by_placeholder = _input_specs(program, model, inputs, named_inputs)
-    outputs, out_constants = _output_specs(program, by_placeholder)
-    out_spec = program.call_spec.out_spec
+    assumptions = list(assumptions or [])
+    out_spec = program.call_spec.out_spec.children()[0] if assumptions else program.call_spec.out_spec
+    outputs, out_constants = _output_specs(program, by_placeholder, out_spec, len(assumptions))
     kwargs_info = {key: KwargSpec.of(value) for key, value in inputs.items()}
     for key, value in (flags or {}).items():
         kwargs_info[key] = KwargSpec.flag()
@@ -151,6 +155,7 @@ def build_export_metadata(
         outputs=outputs,
         workarounds=list(workarounds or []),
         dim_ranges=_dim_ranges(program, tensor_inputs),
+        assumptions=assumptions,
     )
 
 
@@ -217,11 +222,11 @@ def _input_specs(
 
 
 def _output_specs(
-    program: torch.export.ExportedProgram, by_placeholder: dict[str, TensorSpec]
+    program: torch.export.ExportedProgram, by_placeholder: dict[str, TensorSpec], out_spec: Any, checks: int
 ) -> tuple[list[TensorSpec], list]:
-    """The outputs' specs in the program's order (user outputs, in-place updates of inputs, buffer updates), and
-    the constant user outputs as ``[index, value]``."""
-    user_names = spec_leaf_names(program.call_spec.out_spec)
+    """The outputs' specs in the program's order (user outputs, in-place updates of inputs, buffer updates, the
+    ``checks`` assumption outputs last), and the constant user outputs as ``[index, value]``."""
+    user_names = spec_leaf_names(out_spec) + [(f"assumption.{i}", False) for i in range(checks)]
     values = list(program.graph.output_node().args[0])
     outputs: list[TensorSpec] = []
     out_constants: list = []
@@ -234,6 +239,8 @@ def _output_specs(
                 out_constants.append([user_index, json_constant(getattr(spec.arg, "value", None))])
             else:
                 role = IORole.CACHE_OUTPUT if in_cache else IORole.OUTPUT
+                if user_index >= len(user_names) - checks:
+                    role = IORole.CHECK
                 outputs.append(TensorSpec(name=name, role=role, dtype=_dtype_name(val.dtype), shape=shape_of(val)))
             user_index += 1
         elif spec.kind == OutputKind.USER_INPUT_MUTATION:

@@ -31,8 +31,8 @@ STAGES = ("capture", "calibrate", "check", "prepare", "trace", "quantize", "sign
 _HINTS: tuple[tuple[str, str], ...] = (
     ("data-dependent", "the model's code is data-dependent (it branches on, or sizes by, tensor values): rewrite "
      "that branch with torch.cond / torch.where, or for a size check try "
-     "prefer_deferred_runtime_asserts_over_guards=True; the dynamo format traces the sample's branch instead and "
-     "checks it at run time"),
+     "prefer_deferred_runtime_asserts_over_guards=True (tracing the sample's branch with its values, which every "
+     "backend tries first, did not get past it here)"),
     ("Constraints violated", "a dim you marked dynamic is specialised by the model; use Dim.AUTO (dynamic=True) "
      "or keep that dim static"),
     ("is not a pytree", "an input type is not registered with torch.utils._pytree; pass tensors or caches"),

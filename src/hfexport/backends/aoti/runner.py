@@ -59,4 +59,4 @@ class AotiRunner(ModelRunner):
     def run_flat(self, inputs: list[torch.Tensor], *, share_outputs: bool) -> list[Any]:
         flat = [t if t.is_contiguous() else t.contiguous() for t in inputs]
         with torch.no_grad():
-            return list(self._run(flat))
+            return self.checked(list(self._run(flat)))

@@ -55,7 +55,7 @@ def record_program_outputs(manager: Any, metadata: ExportMetadata, method: str =
     _record_fixed_sizes(by_placeholder, nodes)
     dropped = state.dropped_outputs if state is not None else set()
     buffers = set(state.inputs.values()) if state is not None else set()
-    user = iter([s for i, s in enumerate(metadata.user_outputs) if i not in dropped])
+    user = iter([*(s for i, s in enumerate(metadata.user_outputs) if i not in dropped), *metadata.checks])
     outputs = []
     for spec in signature.output_specs:
         node = nodes.get(getattr(spec.arg, "name", None))

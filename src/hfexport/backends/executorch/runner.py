@@ -341,7 +341,7 @@ class ExecutorchRunner(ModelRunner):
             outputs[out_index] = target
         for out_index, in_index in self._aliases.items():
             outputs[out_index] = inputs[in_index]
-        return outputs
+        return self.checked(outputs)
 
     def _method_meta(self) -> Any:
         """The loaded method's metadata (input count, tensor sizes), or ``None`` where the binding has none."""

@@ -17,7 +17,8 @@ CACHE_OUTPUT_PREFIX = "output."
 
 
 def io_names(metadata: ExportMetadata) -> tuple[list[str], list[str]]:
-    """ONNX names of the graph's inputs (``metadata.inputs`` order) and outputs (``metadata.user_outputs`` order).
+    """ONNX names of the graph's inputs (``metadata.inputs`` order) and outputs (``metadata.user_outputs`` order, then
+    ``metadata.checks``).
 
     A plain output whose name is also an input's is prefixed like a cache output, so every name is unique.
 
@@ -36,6 +37,7 @@ def io_names(metadata: ExportMetadata) -> tuple[list[str], list[str]]:
         if spec.role is IORole.CACHE_OUTPUT or name in taken:
             name = f"{CACHE_OUTPUT_PREFIX}{name}"
         outputs.append(name)
+    outputs += [spec.name for spec in metadata.checks]  # (the runner checks them: ModelRunner.checked)
     return inputs, outputs
 
 

@@ -156,7 +156,7 @@ class OnnxRunner(ModelRunner):
             if bound[source] is not inputs[source]:  # bound a contiguous or moved copy: write the update back
                 inputs[source].copy_(bound[source])
             outputs.append(inputs[source])
-        return outputs
+        return self.checked(outputs)
 
     def _thread_binding(self) -> tuple[Any, dict[tuple, tuple]]:
         """The calling thread's io-binding and its record of what is bound, made on the thread's first call."""

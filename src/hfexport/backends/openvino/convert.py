@@ -36,7 +36,7 @@ def output_names(metadata: ExportMetadata) -> list[str]:
     output took the name off the input, which the runner then could not feed)."""
     taken = set(input_names(metadata))
     return [PRESENT + s.name if s.role is IORole.CACHE_OUTPUT else RETURNED + s.name if s.name in taken else s.name
-            for s in metadata.user_outputs]
+            for s in (*metadata.user_outputs, *metadata.checks)]
 
 
 class FrontendError(RuntimeError):

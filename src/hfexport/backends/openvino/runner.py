@@ -224,7 +224,7 @@ class OpenVINORunner(ModelRunner):
         for port in range(len(self.compiled.outputs)):
             data = request.get_output_tensor(port).data
             outputs.append(torch.from_numpy(data if share_outputs else np.array(data, copy=True)))
-        return outputs
+        return self.checked(outputs)
 
     def _plan_handle_output(self) -> tuple | None:
         """The output tree with the cache subtree as one leaf (filled with the caller's cache object), the index of
