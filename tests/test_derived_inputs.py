@@ -122,3 +122,30 @@ def test_a_weight_free_method_reads_what_the_instance_copies_from_its_config():
     assert ConfigOnly(Thinker, config).tokens(16) == Thinker(config).tokens(16) == 4
     with pytest.raises(AttributeError):
         ConfigOnly(Thinker, config).rope_theta
+
+
+@pytest.mark.parametrize("model_type, class_name, prefix", [
+    ("muse_glimmer", "MuseGlimmerForConditionalGeneration", ""),  # get_image_features passes kwargs on as they come
+    ("qwen3_vl", "Qwen3VLForConditionalGeneration", "image_"),  # ... through accepts_precomputed_kwargs("image")
+])
+def test_an_image_features_part_keys_its_derived_inputs_as_its_get_image_features_passes_them(
+        model_type, class_name, prefix):
+    from hfexport.capture.derive import derive_vision_inputs
+    from hfexport.capture.image_features import ImageFeatures, _owner
+    from hfexport.tools.matrix.inputs import sample_inputs
+
+    model = build_model(model_type, class_name).eval()
+    sample = sample_inputs(model, model_type, batch=1, seq=6, for_generation=True)
+    inputs = {"pixel_values": sample["pixel_values"], "image_grid_thw": sample["image_grid_thw"]}
+    part = ImageFeatures(_owner(model)).eval()
+    derived, recipes = derive_vision_inputs(part, inputs)
+    assert recipes and {r.prefix for r in recipes} == {prefix}
+    assert f"{prefix}cu_seqlens" in derived and all(name in derived for r in recipes for name in r.names)
+
+    exported = DynamoExporter().export(part, inputs, DynamoConfig(dynamic=False))
+    with torch.no_grad():
+        eager = part(**inputs)
+        eager = eager[0] if isinstance(eager, tuple) else eager
+        got = exported(**inputs)
+        got = got[0] if isinstance(got, tuple) else got
+    assert (got - eager).abs().max() <= 1e-4

@@ -22,6 +22,7 @@ result is fed as ``position_ids``, and the runner derives them again with the mo
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import inspect
 import sys
 from collections.abc import Callable, Iterator
@@ -168,4 +169,43 @@ def derive_vision_inputs(model: torch.nn.Module,
             recipes.append(recipe)
     recipes = [r for r in recipes if not conflicting & set(r.names) and not set(r.names) & set(inputs)]
     keys = {k for r in recipes for k in r.names}
-    return {**inputs, **{k: v for k, v in derived.items() if k in keys}}, recipes
+    derived = {k: v for k, v in derived.items() if k in keys}
+    if any(r.prefix for r in recipes) and not _TEXT_INPUTS & set(inputs) and _unstripped(model, inputs, derived,
+                                                                                          modules):
+        # a get_image_features without transformers' accepts_precomputed_kwargs (Muse Glimmer's, Kimi K2.5's)
+        # passes its kwargs to the tower as they come: where no language model shares them (the image features
+        # part), the tower's helpers get their own keys
+        recipes = [dataclasses.replace(r, prefix="") for r in recipes]
+        derived = {k.removeprefix(_prefix(k)): v for k, v in derived.items()}
+    return {**inputs, **derived}, recipes
+
+
+def _unstripped(model: torch.nn.Module, inputs: dict[str, Any], derived: dict[str, Any],
+                modules: dict[Any, list[str]]) -> bool:
+    """Whether a helper, run again with the derived inputs given, meets them still under their modality prefix."""
+    met: list[bool] = []
+
+    def checking(fn: Callable) -> Callable:
+        signature = inspect.signature(fn)
+
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            given = signature.bind(*args, **kwargs).arguments.get("kwargs") or {}
+            met.append(any(key in derived and _prefix(key) for key in given))
+            return fn(*args, **kwargs)
+
+        return wrapper
+
+    saved = [(module, name, getattr(module, name)) for module, names in modules.items() for name in names]
+    snapshot = attribute_snapshot(model)
+    try:
+        for module, name, fn in saved:
+            setattr(module, name, checking(fn))
+        with torch.no_grad():
+            model(**inputs, **derived)
+    except Exception:  # noqa: BLE001 - the check itself failed: keep the recipes as transformers means them
+        return False
+    finally:
+        for module, name, fn in saved:
+            setattr(module, name, fn)
+        restore_attributes(snapshot)
+    return any(met)
