@@ -24,7 +24,7 @@ import torch
 from torch.export.graph_signature import OutputKind, OutputSpec, TensorArgument
 from torch.utils import _pytree as pytree
 
-__all__ = ["assumption_text", "assumptions_as_outputs", "assumptions_of"]
+__all__ = ["assumption_text", "assumptions_as_outputs", "assumptions_of", "fake_mode_of"]
 
 aten = torch.ops.aten
 _ASSERT = aten._assert_scalar.default
@@ -53,6 +53,12 @@ def assumptions_of(program: Any) -> list[str]:
     return [assumption_text(n) for n in program.graph.nodes if n.target is _ASSERT]
 
 
+def fake_mode_of(program: Any) -> Any:
+    """The fake mode the program was traced under (from its placeholders' values), or ``None``."""
+    values = [n.meta.get("val") for n in program.graph.nodes if n.op == "placeholder"]
+    return torch._guards.detect_fake_mode([v for v in values if v is not None])
+
+
 def assumptions_as_outputs(program: torch.export.ExportedProgram) -> list[str]:
     """Replace each ``_assert_scalar`` of ``program`` by a boolean 0-d output computed with tensor ops, in place;
     return the assumptions in output order (see the module's docstring)."""
@@ -60,7 +66,7 @@ def assumptions_as_outputs(program: torch.export.ExportedProgram) -> list[str]:
     asserts = [n for n in graph.nodes if n.op == "call_function" and n.target is _ASSERT]
     if not asserts:
         return []
-    fake_mode = torch._guards.detect_fake_mode([n.meta.get("val") for n in graph.nodes if "val" in n.meta])
+    fake_mode = fake_mode_of(program)
     output = graph.output_node()
     tensors: dict[torch.fx.Node, torch.fx.Node] = {}
     checks, texts = [], []

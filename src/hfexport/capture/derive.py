@@ -125,19 +125,21 @@ def _owners(model: torch.nn.Module, inputs: dict[str, Any]) -> list[tuple[torch.
 
 
 @contextlib.contextmanager
-def _patched(modules: dict[Any, list[str]], owners: list[tuple[torch.nn.Module, str]], inputs: dict[str, Any],
-             sources: dict[int, str], calls: list) -> Iterator[None]:
+def _patched(modules: dict[Any, list[str]], wrap: Callable[[str, Callable], Callable],
+             owners: list[tuple[torch.nn.Module, str, Callable]] = ()) -> Iterator[None]:
+    """Each helper of ``modules`` replaced by ``wrap(name, helper)``, each ``(owner, method, replacement)`` set, for
+    the scope."""
     saved = [(module, name, getattr(module, name)) for module, names in modules.items() for name in names]
     try:
         for module, name, fn in saved:
-            setattr(module, name, _recording(name, fn, sources, calls))
-        for owner, helper in owners:  # (an instance attribute over the class's method, deleted on exit)
-            setattr(owner, helper, _recording_method(owner, helper, inputs, calls))
+            setattr(module, name, wrap(name, fn))
+        for owner, helper, replacement in owners:  # (an instance attribute over the class's method, deleted on exit)
+            setattr(owner, helper, replacement)
         yield
     finally:
         for module, name, fn in saved:
             setattr(module, name, fn)
-        for owner, helper in owners:
+        for owner, helper, _ in owners:
             vars(owner).pop(helper, None)
 
 
@@ -153,7 +155,8 @@ def derive_vision_inputs(model: torch.nn.Module,
     calls: list = []
     snapshot = attribute_snapshot(model)  # (Qwen2-VL keeps its rope deltas on the module)
     try:
-        with _patched(modules, owners, inputs, sources, calls), torch.no_grad():
+        recording = [(owner, helper, _recording_method(owner, helper, inputs, calls)) for owner, helper in owners]
+        with _patched(modules, lambda name, fn: _recording(name, fn, sources, calls), recording), torch.no_grad():
             model(**inputs)
     finally:
         restore_attributes(snapshot)
@@ -195,17 +198,12 @@ def _unstripped(model: torch.nn.Module, inputs: dict[str, Any], derived: dict[st
 
         return wrapper
 
-    saved = [(module, name, getattr(module, name)) for module, names in modules.items() for name in names]
     snapshot = attribute_snapshot(model)
     try:
-        for module, name, fn in saved:
-            setattr(module, name, checking(fn))
-        with torch.no_grad():
+        with _patched(modules, lambda name, fn: checking(fn)), torch.no_grad():
             model(**inputs, **derived)
     except Exception:  # noqa: BLE001 - the check itself failed: keep the recipes as transformers means them
         return False
     finally:
-        for module, name, fn in saved:
-            setattr(module, name, fn)
         restore_attributes(snapshot)
     return any(met)

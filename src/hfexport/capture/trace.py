@@ -21,7 +21,7 @@ from typing import Any
 
 import torch
 
-from .assumptions import assumptions_as_outputs, assumptions_of
+from .assumptions import assumptions_as_outputs, assumptions_of, fake_mode_of
 
 __all__ = ["lowering_scope", "trace_program"]
 
@@ -78,8 +78,7 @@ def lowering_scope(program: Any) -> Any:
     torch take the real kernel's answer, as ``torch.export.draft_export`` does; elsewhere it changes nothing."""
     import contextlib
 
-    values = [n.meta.get("val") for n in program.graph.nodes if n.op == "placeholder"]
-    fake_mode = torch._guards.detect_fake_mode([v for v in values if v is not None])
+    fake_mode = fake_mode_of(program)
     if fake_mode is None or not getattr(fake_mode, "propagate_real_tensors", False):
         return contextlib.nullcontext()
     import torch._functorch.config as functorch_config
