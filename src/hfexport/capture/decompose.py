@@ -73,6 +73,8 @@ def _build_cache(model: torch.nn.Module, generation_config: Any, batch: int, pro
         return _encoder_decoder_cache(config, generation_config)
     if "past_key_values" not in inspect.signature(model.forward).parameters:
         return None  # e.g. Mamba's cache_params: generate builds it, and it has no sliding layers
+    if _own_cache_class(model) is not None:
+        return None  # MiniMax's forward builds its MiniMaxCache and refuses any other ("uses cache of its own")
     if generation_config.cache_implementation == "static":
         max_len = generation_config.max_cache_len or (prompt_len + new_tokens)
         if max_len < prompt_len + new_tokens:
@@ -86,6 +88,23 @@ def _build_cache(model: torch.nn.Module, generation_config: Any, batch: int, pro
             "(the default) or 'static'"
         )
     return full_attention_cache(DynamicCache(config=config))
+
+
+def _own_cache_class(model: torch.nn.Module) -> type | None:
+    """The model's own cache class, where its base model's forward names one in ``past_key_values``' annotation
+    (MiniMax: ``MiniMaxCache | None``, a ``DynamicCache`` with linear-attention states that its forward builds and
+    requires); ``None`` for transformers' generic caches."""
+    import typing
+
+    from transformers import cache_utils as cu
+
+    base = getattr(model, "base_model", model)
+    param = inspect.signature(base.forward).parameters.get("past_key_values")
+    annotation = None if param is None else param.annotation
+    for kind in typing.get_args(annotation) or (annotation,):
+        if isinstance(kind, type) and issubclass(kind, cu.Cache) and kind.__module__ != cu.__name__:
+            return kind
+    return None
 
 
 def _encoder_decoder_cache(config: Any, generation_config: Any) -> Any:
