@@ -114,3 +114,36 @@ def test_an_export_captured_without_audio_refuses_an_audio_prompt_by_name():
     clip = dict(inputs, input_features=torch.zeros(2, model.config.audio_config.num_mel_bins, 20))
     with pytest.raises(UnsupportedError, match=r"no audio encoder.*captured with a prompt without audio.*input_feat"):
         exported.generate(**clip, max_new_tokens=2)
+
+
+def test_rwkv_decodes_each_row_of_a_batch_as_it_decodes_alone():
+    """transformers' RWKV mixes a one-token step's [batch, 1, hidden] states with the state's [batch, hidden]: eager's
+    batch of 2 decodes each row with the other's state too (the premise, checked first). The export (workaround
+    rwkv-batched-step-shift) decodes a batch of 2 as eager decodes each row alone, and a batch of 1 from the same
+    export (its decode graph no longer pinned to the sample's batch)."""
+    import warnings
+
+    import torch
+
+    from hfexport import DynamoConfig, DynamoExporter
+    from hfexport.tools.matrix.overrides import GENERATE_ONE_ROW
+    from hfexport.tools.matrix.shrink import build_model
+
+    torch.manual_seed(0)
+    model = build_model("rwkv", "RwkvForCausalLM").eval()
+    gen = torch.Generator().manual_seed(0)
+    capture = torch.randint(1, 256, (2, 6), generator=gen)
+    ids = torch.randint(1, 256, (2, 9), generator=gen)
+    with torch.no_grad():
+        alone = torch.cat([model.generate(input_ids=ids[i:i + 1], attention_mask=torch.ones_like(ids[i:i + 1]),
+                                          max_new_tokens=8, do_sample=False) for i in range(2)])
+        batched = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=8, do_sample=False)
+    assert not torch.equal(batched, alone)  # the upstream bug this works around
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        exported = DynamoExporter().export_for_generation(
+            model, {"input_ids": capture, "attention_mask": torch.ones_like(capture)}, DynamoConfig(dynamic=True))
+    assert "rwkv-batched-step-shift" in exported.components["decode"].metadata.workarounds
+    assert torch.equal(exported.generate(input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=8), alone)
+    assert torch.equal(exported.generate(input_ids=ids[1:], max_new_tokens=8), alone[1:])
+    assert "rwkv" in GENERATE_ONE_ROW  # the matrix compares one row with eager

@@ -172,10 +172,13 @@ def _generate_stage(model: Any, model_type: str, backend: str, result: dict[str,
     import torch
 
     from .inputs import NoInputRecipe, sample_inputs
+    from .overrides import GENERATE_ONE_ROW
+
+    batch = 1 if model_type in GENERATE_ONE_ROW else 2
 
     def run(m: Any) -> tuple[dict[str, Any], dict[str, Any], Any]:
-        capture = sample_inputs(m, model_type, batch=2, seq=6, for_generation=True)
-        prompt = sample_inputs(m, model_type, batch=2, seq=9, for_generation=True)
+        capture = sample_inputs(m, model_type, batch=batch, seq=6, for_generation=True)
+        prompt = sample_inputs(m, model_type, batch=batch, seq=9, for_generation=True)
         with torch.no_grad():
             return capture, prompt, m.generate(**prompt, max_new_tokens=NEW_TOKENS, do_sample=False)
 
