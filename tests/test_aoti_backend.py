@@ -68,6 +68,7 @@ def _sources(path):
         return "".join(archive.read(n).decode(errors="replace") for n in archive.namelist() if n.endswith(".cpp"))
 
 
+@pytest.mark.sweep  # 32 s of compiles; the default suite adds 35 s of generate and conversion tests (issue 22)
 def test_static_cache_multi_token_decode_writes_the_callers_cache_in_place(model, plain, tmp_path):
     from transformers import StaticCache
 
