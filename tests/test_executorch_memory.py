@@ -92,6 +92,7 @@ def test_running_out_of_memory_while_the_runtime_loads_the_program_is_a_typed_er
     assert isinstance(info.value.__cause__, MemoryError)
 
 
+@pytest.mark.sweep  # 32 s; the default suite took 35 s of new generate and conversion tests (issue 22)
 def test_a_mamba_prefill_plans_its_scan_in_chunks_not_its_length_squared():
     """The selective scan's closed form (workaround mamba-symbolic-scan) held [batch, d, L, L, n] weights: planned at
     ExecuTorch's bounds (batch 8 x 512 steps) the matrix's tiny Mamba prefill took 25.8 GB and failed to load."""
