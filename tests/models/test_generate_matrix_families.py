@@ -49,6 +49,9 @@ CASES = [
     # placeholder id): its prefill graph runs the vision tower, the mask goes to the prompt's call only
     ("kosmos-2", "generate"),
     pytest.param("instructblip", "generate", marks=pytest.mark.sweep),
+    # its random masking takes the matrix's noise input, which its forward would draw with torch.rand (the export
+    # differed from eager by 15 on ids_restore; ONNX Runtime has no RandomUniformLike-22 kernel)
+    ("vit_mae", "export"),
     # its forward builds its own MiniMaxCache (linear-attention states beside the KV layers) and refuses any other:
     # the capture lets it, where it built a DynamicCache for every model
     ("minimax", "generate"),

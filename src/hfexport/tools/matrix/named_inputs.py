@@ -11,7 +11,9 @@ main input is none of the text, image, audio and hidden-state recipes of :mod:`.
   boxes, at ``visual_feat_dim`` / ``visual_pos_dim``); IDEFICS' one image per row ``[B, 1, C, H, W]`` and the
   ``image_attention_mask`` of every token to it; Kosmos-2's text, with the ``image_embeds_position_mask`` of the
   ``latent_query_num`` positions its image fills after the start token; ``prompt_pixel_values`` / ``prompt_masks`` (SegGPT's
-  in-context pair, stacked with the image on the height axis, so that each is half the configured height).
+  in-context pair, stacked with the image on the height axis, so that each is half the configured height);
+  ``noise`` (ViT-MAE's random masking, ``[B, patches]`` uniform, which its forward draws with ``torch.rand`` when
+  not given: a program with a random op neither matches eager nor runs everywhere).
 """
 
 from __future__ import annotations
@@ -97,4 +99,8 @@ def companions(model: Any, out: dict[str, Any], params: Any, gen: torch.Generato
         shape = (pixels.shape[0], pixels.shape[1], size[0] // 2, size[1])
         out = {**out, **{name: torch.randn(*shape, generator=gen)
                          for name in ("pixel_values", "prompt_pixel_values", "prompt_masks") if name in params}}
+    patch, ratio = getattr(config, "patch_size", None), getattr(config, "mask_ratio", None)
+    if isinstance(pixels, torch.Tensor) and "noise" in params and isinstance(patch, int) and ratio is not None:
+        patches = (pixels.shape[-2] // patch) * (pixels.shape[-1] // patch)
+        out = {**out, "noise": torch.rand(pixels.shape[0], patches, generator=gen)}
     return out
