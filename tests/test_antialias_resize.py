@@ -1,6 +1,6 @@
-"""OpenVINO does not convert antialiased resizes (aten._upsample_bilinear2d_aa / _bicubic2d_aa): while tracing for it,
-F.interpolate(antialias=True) is two matrix products with ATen's resampling weights
-(workarounds/openvino_antialias_resize.py). The weights give torch's values, down- and upsampling; an export that
+"""OpenVINO does not convert antialiased resizes (aten._upsample_bilinear2d_aa / _bicubic2d_aa) and ONNX Runtime
+computes ONNX's Resize(antialias=1) with other weights: while tracing for them, F.interpolate(antialias=True) is two
+matrix products with ATen's resampling weights (workarounds/antialias_resize.py). The weights give torch's values, down- and upsampling; an export that
 resizes to a size read from its input (SigLIP 2's position embeddings to each image's grid) matches eager at sizes it
 was not traced with."""
 
@@ -10,7 +10,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from hfexport.workarounds.openvino_antialias_resize import _interpolate
+from hfexport.workarounds.antialias_resize import _interpolate
 
 
 @pytest.mark.parametrize("mode", ["bilinear", "bicubic"])
@@ -41,17 +41,19 @@ class ResizedTable(torch.nn.Module):
         return x + F.interpolate(self.table, size=x.shape[-2:], mode=self.mode, antialias=True, align_corners=False)
 
 
-@pytest.mark.parametrize("mode", ["bilinear", pytest.param("bicubic", marks=pytest.mark.sweep)])  # (the same
-def test_an_openvino_export_resizes_to_a_symbolic_size_like_eager(mode):  # products, another filter)
-    pytest.importorskip("openvino", reason="the openvino extra is not installed")
-    from hfexport import OpenVINOConfig, OpenVINOExporter
+@pytest.mark.parametrize("fmt,mode", [("openvino", "bilinear"), ("onnx", "bilinear"),  # (bicubic: the same
+                                      pytest.param("openvino", "bicubic", marks=pytest.mark.sweep)])  # products)
+def test_an_export_resizes_to_a_symbolic_size_like_eager(fmt, mode):
+    import hfexport
 
+    exporter, config = {"onnx": ("OnnxExporter", "OnnxConfig"), "openvino": ("OpenVINOExporter", "OpenVINOConfig")}[fmt]
+    pytest.importorskip({"onnx": "onnxscript", "openvino": "openvino"}[fmt], reason=f"the {fmt} extra is not installed")
     model = ResizedTable(mode).eval()
     gen = torch.Generator().manual_seed(0)
-    exported = OpenVINOExporter().export(model, {"x": torch.randn(2, 4, 6, 5, generator=gen)},
-                                          OpenVINOConfig(dynamic=True))
+    exported = getattr(hfexport, exporter)().export(model, {"x": torch.randn(2, 4, 6, 5, generator=gen)},
+                                                     getattr(hfexport, config)(dynamic=True))
     (component,) = exported.components.values()
-    assert "openvino-antialias-resize" in component.metadata.workarounds
+    assert f"{fmt}-antialias-resize" in component.metadata.workarounds
     for shape in [(2, 4, 6, 5), (1, 4, 9, 3)]:
         x = torch.randn(*shape, generator=gen)
         got = exported(x=x)

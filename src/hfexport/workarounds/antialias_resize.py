@@ -1,14 +1,16 @@
-"""OpenVINO: ``F.interpolate(..., antialias=True)`` traced as two matrix products with the resampling weights.
+"""OpenVINO, ONNX: ``F.interpolate(..., antialias=True)`` traced as two matrix products with the resampling weights.
 
-The PyTorch frontend has no rule for ``aten._upsample_bilinear2d_aa`` or ``aten._upsample_bicubic2d_aa`` ("cannot
-convert aten._upsample_bilinear2d_aa.default", openvino 2026.3.1): SigLIP 2's position embeddings resized to each
-image's patch grid (SigLIP 2, LFM2-VL, DeepSeek-OCR 2), Cosmos3-Edge's vision tower. An antialiased resize is
+OpenVINO's PyTorch frontend has no rule for ``aten._upsample_bilinear2d_aa`` or ``aten._upsample_bicubic2d_aa``
+("cannot convert aten._upsample_bilinear2d_aa.default", openvino 2026.3.1); torch.onnx writes them as
+``Resize(antialias=1)``, which ONNX Runtime (1.32) computes with other weights than ATen's (SigLIP 2's vision model
+2.5e-2 from eager). Both meet them in SigLIP 2's position embeddings resized to each image's patch grid (SigLIP 2,
+LFM2-VL, DeepSeek-OCR 2) and Cosmos3-Edge's vision tower. An antialiased resize is
 separable and linear: ``out = W_h @ x @ W_w^T``, each row of ``W`` the filter (triangle for bilinear, Keys' cubic
 with a = -0.5 for bicubic) centred on the output pixel, stretched by the scale when downsampling, cut to the input's
 support and normalised to sum 1, as ATen's ``_compute_weights_aa`` builds them. Here the weights are built with
 tensor ops from the output index, so an output size read from a tensor (a grid) stays symbolic. Only 4-D inputs with
-``align_corners=False``; anything else keeps ``interpolate``. During an OpenVINO trace only. Drop it once the
-frontend converts the ``_aa`` ops.
+``align_corners=False``; anything else keeps ``interpolate``. During an OpenVINO or ONNX trace only. Drop each once
+its backend converts the ``_aa`` ops as ATen computes them.
 """
 
 from __future__ import annotations
@@ -87,14 +89,25 @@ def _interpolate(original: Any) -> Any:
     return interpolate
 
 
-@workaround(
+def _apply(model: Any, inputs: dict) -> Undo:
+    return patch_attribute(torch.nn.functional, "interpolate", _interpolate(torch.nn.functional.interpolate))
+
+
+workaround(
     id="openvino-antialias-resize",
     backend="openvino",
     target="torch.nn.functional.interpolate(antialias=True) during an OpenVINO trace",
-    breaks="a program with aten._upsample_bilinear2d_aa / _upsample_bicubic2d_aa (SigLIP 2's position embeddings, "
+    breaks="a program with aten._upsample_bilinear2d_aa / _bicubic2d_aa (SigLIP 2's position embeddings, "
     "Cosmos3-Edge's vision tower) does not convert: 'cannot convert aten._upsample_bilinear2d_aa.default'",
     upstream=None,
     versions={"openvino": ">=2024.0,<2027"},
-)
-def _apply(model: Any, inputs: dict) -> Undo:
-    return patch_attribute(torch.nn.functional, "interpolate", _interpolate(torch.nn.functional.interpolate))
+)(_apply)
+workaround(
+    id="onnx-antialias-resize",
+    backend="onnx",
+    target="torch.nn.functional.interpolate(antialias=True) during an ONNX trace",
+    breaks="torch.onnx writes Resize(antialias=1), which ONNX Runtime computes with other weights than ATen's: "
+    "SigLIP 2's vision model differed from eager by 2.5e-2",
+    upstream=None,
+    versions={"onnxruntime": ">=1.16,<1.33"},
+)(_apply)
