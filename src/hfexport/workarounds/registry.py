@@ -173,7 +173,8 @@ BUILTIN_MODULES = tuple(f"hfexport.workarounds.{name}" for name in (
     "executorch_sym_min_max", "openvino_symbolic_ints", "executorch_bucketize", "models.gemma3n",
     "executorch_transposed_views", "openvino_global_avg_pool", "openvino_sdpa_gqa", "openvino_unfold",
     "openvino_negative_floordiv", "executorch_list_return_guard", "executorch_python_sym_ops",
-    "openvino_mask_fill", "models.cpmant", "onnx_index_put_mask", "openvino_sdpa_no_mask", "models.rwkv", "cumulative_extrema", "antialias_resize",
+    "openvino_mask_fill", "models.cpmant", "onnx_index_put_mask", "openvino_sdpa_no_mask", "models.rwkv",
+    "cumulative_extrema", "antialias_resize", "onnx_rewrite_initializer_names",
 ))
 
 

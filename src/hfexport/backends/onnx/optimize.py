@@ -21,7 +21,7 @@ import onnx_ir.passes.common as common_passes
 __all__ = ["optimize", "default_rules", "OPTIMIZER_WORKAROUNDS"]
 
 #: registered workarounds of the onnxscript rewriter, applied while it runs
-OPTIMIZER_WORKAROUNDS = ("onnx-no-op-tolerance",)
+OPTIMIZER_WORKAROUNDS = ("onnx-no-op-tolerance", "onnx-rewrite-initializer-names")
 
 logger = logging.getLogger(__name__)
 
