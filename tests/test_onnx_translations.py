@@ -226,3 +226,26 @@ def test_a_boolean_index_put_of_one_row_per_masked_position_writes_those_rows():
     three = torch.tensor([[1, 0, 0, 0, 0], [0, 1, 1, 0, 0]], dtype=torch.bool)  # another count, the same graph
     for got, want in zip(exported(hidden=hidden, mask=three, rows=rows[:3]), _Deepstack()(hidden, three, rows[:3])):
         assert (got - want).abs().max() == 0
+
+
+class _PaddingMaskAttention(torch.nn.Module):
+    """SDPA with a BERT-era extended padding mask ``[batch, 1, 1, keys]`` that torch broadcasts over the queries."""
+
+    def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        extended = (1.0 - mask[:, None, None, :].to(q.dtype)) * torch.finfo(q.dtype).min
+        return torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=extended)
+
+
+def test_an_attention_mask_that_broadcasts_over_the_queries_runs_in_onnx_runtime():
+    """ONNX Runtime's Attention requires the mask's query axis to be the query length ("inconsistent
+    q_sequence_length (between attn_mask and Q)", LayoutLM): the translation expands it first."""
+    gen = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(2, 4, 5, 8, generator=gen) for _ in range(3))
+    mask = torch.ones(2, 5, dtype=torch.long)
+    mask[0, :2] = 0
+    exported, fired = _export(_PaddingMaskAttention(), {"q": q, "k": k, "v": v, "mask": mask})
+    assert "onnx-sdpa-symbolic-heads" in fired
+    expected = _PaddingMaskAttention()(q, k, v, mask)
+    assert (expected - _PaddingMaskAttention()(q, k, v, torch.ones_like(mask))).abs().max() > 1e-2  # the mask matters
+    got = exported(q=q, k=k, v=v, mask=mask)
+    assert (got[0] if isinstance(got, (tuple, list)) else got).sub(expected).abs().max() <= 1e-5
