@@ -93,21 +93,12 @@ def _apply(model: Any, inputs: dict) -> Undo:
     return patch_attribute(torch.nn.functional, "interpolate", _interpolate(torch.nn.functional.interpolate))
 
 
-workaround(
-    id="openvino-antialias-resize",
-    backend="openvino",
-    target="torch.nn.functional.interpolate(antialias=True) during an OpenVINO trace",
-    breaks="a program with aten._upsample_bilinear2d_aa / _bicubic2d_aa (SigLIP 2's position embeddings, "
-    "Cosmos3-Edge's vision tower) does not convert: 'cannot convert aten._upsample_bilinear2d_aa.default'",
-    upstream=None,
-    versions={"openvino": ">=2024.0,<2027"},
-)(_apply)
-workaround(
-    id="onnx-antialias-resize",
-    backend="onnx",
-    target="torch.nn.functional.interpolate(antialias=True) during an ONNX trace",
-    breaks="torch.onnx writes Resize(antialias=1), which ONNX Runtime computes with other weights than ATen's: "
-    "SigLIP 2's vision model differed from eager by 2.5e-2",
-    upstream=None,
-    versions={"onnxruntime": ">=1.16,<1.33"},
-)(_apply)
+for _backend, _breaks, _versions in (
+    ("openvino", "a program with aten._upsample_bilinear2d_aa / _bicubic2d_aa (SigLIP 2's position embeddings, "
+     "Cosmos3-Edge's vision tower) does not convert: 'cannot convert aten._upsample_bilinear2d_aa.default'",
+     {"openvino": ">=2024.0,<2027"}),
+    ("onnx", "torch.onnx writes Resize(antialias=1), which ONNX Runtime computes with other weights than ATen's: "
+     "SigLIP 2's vision model differed from eager by 2.5e-2", {"onnxruntime": ">=1.16,<1.33"}),
+):
+    workaround(id=f"{_backend}-antialias-resize", backend=_backend, breaks=_breaks, upstream=None, versions=_versions,
+               target=f"torch.nn.functional.interpolate(antialias=True) during a {_backend} trace")(_apply)
