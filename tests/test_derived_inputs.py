@@ -80,7 +80,8 @@ def test_the_callers_own_precomputed_tensor_wins(tower):
     assert (got.pooler_output - expected.pooler_output).abs().max() < 1e-4
 
 
-@pytest.mark.parametrize("backend", ["onnx", "openvino", "executorch"])
+@pytest.mark.parametrize("backend", ["onnx", "openvino",  # (ExecuTorch's 30 s lowering: the sweep's, for the suite's
+                                     pytest.param("executorch", marks=pytest.mark.sweep)])  # 25 minutes)
 def test_a_packed_vision_tower_runs_like_eager_on_every_backend(tower, backend):
     """ExecuTorch also needs its Conv3d patch embedding traced as a linear (workaround executorch-conv3d-patches):
     its portable convolution takes no 5-D input, and the program failed at run time with error 0x12."""
