@@ -7,10 +7,8 @@ export stops ("SDPA (MHA) requires q_num_heads = kv_num_heads") although the hea
 SDPA would have refused the call otherwise). This translation emits the same ``Attention`` node without that check;
 ``Attention`` reads the head counts from the runtime shapes. Drop this once the translation compares symbolic dims.
 
-A mask that broadcasts over the query axis (``[batch, 1, 1, keys]``, the extended padding mask of LayoutLM and other
-BERT-era encoders) is expanded to the query's length first: ONNX Runtime's ``Attention`` (1.32) requires the mask's
-second-to-last dim to equal the query length ("inconsistent q_sequence_length (between attn_mask and Q)"), where
-torch's SDPA broadcasts it.
+(A mask that broadcasts over the queries is expanded before, by the ``onnx-attention-mask-rows`` workaround: ONNX
+Runtime's requirement, not torch.onnx's.)
 """
 
 from __future__ import annotations
@@ -39,10 +37,6 @@ def sdpa_as_attention(
         raise ValueError("scaled_dot_product_attention with dropout cannot be exported for inference")
     if is_causal and attn_mask is not None:
         raise ValueError("scaled_dot_product_attention: is_causal and attn_mask cannot both be set")
-    if attn_mask is not None:  # [..., 1, keys] -> [..., queries, keys]: no-op where it has the query's length
-        shape = op.Concat(op.Shape(attn_mask, end=-2), op.Shape(query, start=-2, end=-1), op.Shape(attn_mask, start=-1),
-                          axis=0)
-        attn_mask = op.Expand(attn_mask, shape)
     outputs = op.Attention(query, key, value, attn_mask, scale=scale, is_causal=int(is_causal))
     return outputs[0] if isinstance(outputs, tuple | list) else outputs
 

@@ -174,7 +174,7 @@ BUILTIN_MODULES = tuple(f"hfexport.workarounds.{name}" for name in (
     "executorch_transposed_views", "openvino_global_avg_pool", "openvino_sdpa_gqa", "openvino_unfold",
     "openvino_negative_floordiv", "executorch_list_return_guard", "executorch_python_sym_ops",
     "openvino_mask_fill", "models.cpmant", "onnx_index_put_mask", "openvino_sdpa_no_mask", "models.rwkv",
-    "cumulative_extrema", "antialias_resize", "onnx_rewrite_initializer_names",
+    "cumulative_extrema", "antialias_resize", "onnx_rewrite_initializer_names", "onnx_attention_mask_rows",
 ))
 
 
