@@ -1,0 +1,77 @@
+"""ExecuTorch: a memory view planned larger than its base gets a base as large before memory planning.
+
+``to_executorch`` turns each ``view_copy`` into a ``memory.view`` that shares its base's memory
+(``ReplaceViewCopyWithViewPass``), then evaluates every tensor's symbolic shape to its upper bound, the base's and
+the view's each on its own (``ConstraintBasedSymShapeEvalPass``; "We do not guard nbytes because dynamic symints are
+replaced by upper bounds", exir/passes/replace_view_copy_with_view_pass.py). Where the view's sizes are another
+expression of the same symbols, the bounds differ: LongT5's local attention views its padded blocks
+``[batch, blocks, 3 * block]`` of ``(s + Mod(-s, 128)) // 128`` blocks, and its encoder plans a view of 24 MiB
+inside a base of 23.5 MiB. The runtime refuses to load the method ("offset_bytes (25165824) + size_bytes
+(25165824) >= allocator size (49807488)", error 0x21). Both bounds are bounds of one number of elements, so a base
+as large as its largest view is still a valid plan: this grows the base's leading dim until it holds every view of
+it (the leading dim's stride does not change). Drop it once the views' bounds are taken from their bases.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from .registry import patch_attribute, workaround
+
+__all__ = ["fit_bases_to_views"]
+
+
+def fit_bases_to_views(graph_module: Any) -> int:
+    """Grow each ``memory.view`` base whose upper-bound bytes are fewer than a view's (the shapes already evaluated
+    to their bounds), in place; returns how many bases grew."""
+    import torch
+    from executorch.exir.passes.replace_view_copy_with_view_pass import _VIEW_OP, _ViewSpec
+
+    needed: dict[int, tuple[Any, int]] = {}
+    for module in graph_module.modules():
+        if not isinstance(module, torch.fx.GraphModule):
+            continue
+        for node in module.graph.nodes:
+            spec = node.meta.get("spec")
+            if node.op != "call_function" or node.target is not _VIEW_OP or not isinstance(spec, _ViewSpec):
+                continue
+            base = spec._base
+            view_bytes = spec.nbytes()
+            if view_bytes > base.nbytes():
+                known = needed.get(id(base), (base, 0))[1]
+                needed[id(base)] = (base, max(known, view_bytes))
+    grown = 0
+    for base, view_bytes in needed.values():
+        shape = list(base.shape)
+        if not shape or shape[0] == 0:
+            continue
+        row_bytes = base.nbytes() // shape[0]
+        if row_bytes == 0:
+            continue
+        shape[0] = math.ceil(view_bytes / row_bytes)
+        base.shape = shape  # (a contiguous tensor's strides do not read its leading dim)
+        grown += 1
+    return grown
+
+
+@workaround(
+    id="executorch-view-bounds",
+    backend="executorch",
+    target="executorch.exir.passes.sym_shape_eval_pass.ConstraintBasedSymShapeEvalPass.call",
+    breaks="a method whose memory view has a larger upper bound than its base fails to load: 'offset_bytes + "
+    "size_bytes >= allocator size', error 0x21 (LongT5's encoder, Qwen2.5-VL, EXAONE 4.5)",
+    upstream="executorch exir/passes/replace_view_copy_with_view_pass.py (nbytes not guarded); no issue known",
+    versions={"executorch": ">=0.6,<1.6"},
+)
+def _apply(model: Any, inputs: dict):
+    from executorch.exir.passes.sym_shape_eval_pass import ConstraintBasedSymShapeEvalPass
+
+    original = ConstraintBasedSymShapeEvalPass.call
+
+    def call(self: Any, graph_module: Any) -> Any:
+        result = original(self, graph_module)
+        fit_bases_to_views(graph_module)
+        return result
+
+    return patch_attribute(ConstraintBasedSymShapeEvalPass, "call", call)

@@ -1,0 +1,89 @@
+"""ExecuTorch and the sizes of a dynamic program: what its runtime computes of them and what its planner reserves.
+
+- ``(-n) % block`` (padding to a multiple of a block): ExecuTorch's runtime kernel for a size's ``%`` takes C's
+  remainder, negative for a negative ``n`` (workaround executorch-size-mod-sign rewrites it as ``a - (a // b) * b``).
+- A memory view whose upper bound is evaluated larger than its base's: the planner reserves the base's bytes and the
+  runtime refuses to load the method, error 0x21 (workaround executorch-view-bounds grows the base).
+Both stopped LongT5 and Qwen2.5-VL's dynamic exports (their generate rows, in the sweep here).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+
+pytest.importorskip("executorch", reason="the ExecuTorch backend needs the executorch package")
+
+from hfexport import ExecutorchConfig  # noqa: E402
+from hfexport.exporter_executorch import ExecutorchExporter  # noqa: E402
+from hfexport.workarounds import registry  # noqa: E402
+
+
+class PadToBlocks(torch.nn.Module):
+    """Pads the sequence to a multiple of 4, as a block-local attention does."""
+
+    def forward(self, x):
+        return torch.nn.functional.pad(x, (0, 0, 0, (-x.shape[1]) % 4)) * 2
+
+
+def _without(monkeypatch, workaround_id):
+    registry.workarounds()  # (the built-ins registered)
+    off = dataclasses.replace(registry._registry[workaround_id], applies=lambda model, inputs: False)
+    monkeypatch.setitem(registry._registry, workaround_id, off)
+
+
+def test_a_size_modulo_follows_pythons_sign_rule(monkeypatch):
+    x = torch.randn(2, 6, 3)
+    exported = ExecutorchExporter().export(PadToBlocks(), {"x": x}, ExecutorchConfig(dynamic=True))
+    assert "executorch-size-mod-sign" in exported.components["model"].metadata.workarounds
+    for length in (6, 5, 8, 9):
+        other = torch.randn(2, length, 3)
+        expected = PadToBlocks()(other)
+        got = exported(x=other)
+        assert got.shape == expected.shape and torch.equal(got, expected), length
+
+    _without(monkeypatch, "executorch-size-mod-sign")  # the premise: the runtime's own % pads by -2
+    plain = ExecutorchExporter().export(PadToBlocks(), {"x": x}, ExecutorchConfig(dynamic=True))
+    with pytest.raises(RuntimeError, match="0x12"):
+        plain(x=x)
+
+
+def test_a_view_planned_larger_than_its_base_gets_a_base_as_large():
+    from executorch.exir.passes.replace_view_copy_with_view_pass import _VIEW_OP, _ViewSpec
+    from executorch.exir.tensor import TensorSpec
+
+    from hfexport.workarounds.executorch_view_bounds import fit_bases_to_views
+
+    graph = torch.fx.Graph()
+    x = graph.placeholder("x")
+    base_node = graph.call_function(torch.ops.aten.mul.Tensor, (x, x))
+    base = TensorSpec.from_tensor(torch.empty(32, 4, 64))
+    base_node.meta["spec"] = base
+    views = []
+    for shape in ([512, 64], [8, 4, 4, 64]):  # (the first is larger once the bounds are evaluated)
+        node = graph.call_function(_VIEW_OP, (base_node, shape))
+        node.meta["spec"] = _ViewSpec(base, [32 * 4 * 64 // 64, 64] if shape[0] == 512 else shape)
+        views.append(node)
+    graph.output(views)
+    module = torch.fx.GraphModule(torch.nn.Module(), graph)
+    stride = list(base.stride)
+    assert fit_bases_to_views(module) == 0  # every view fits its base
+
+    views[0].meta["spec"].shape = [512, 64]  # what evaluating a looser expression's upper bound gives
+    assert views[0].meta["spec"].nbytes() > base.nbytes()
+    assert fit_bases_to_views(module) == 1
+    assert base.nbytes() >= views[0].meta["spec"].nbytes() and list(base.shape[1:]) == [4, 64]
+    assert base.shape[0] == 512 * 64 // (4 * 64) and list(base.stride) == stride  # leading dim only
+
+
+@pytest.mark.sweep
+@pytest.mark.parametrize("model_type", ["longt5", "qwen2_5_vl"])
+def test_a_dynamic_export_that_pads_to_blocks_generates_like_eager(model_type):
+    from hfexport.tools.matrix.discovery import discover
+    from hfexport.tools.matrix.worker import run_case
+
+    (arch,) = discover([f"={model_type}"])
+    result = run_case(arch.model_type, arch.class_name, arch.task, "executorch", "generate")
+    assert result["status"] == "pass" and result["mismatched_tokens"] == 0, result["reason"]
