@@ -3,11 +3,12 @@
 ExecuTorch plans every tensor at its upper bound, and a ``Dim.AUTO`` dim has none (``int_oo``): its planner then
 falls back to the size seen while tracing, and the program refuses any larger input at run time ("Attempted to
 resize a bounded tensor"). Before lowering we give each unbounded symbol a cap: a batch dim (dim 0 of a user input)
-``max(4 x traced, 8)``, an image's height and width (the last two dims of a floating-point image input of rank 4 or
-more, named for pixels, images or video: ``pixel_values``, ``pixel_values_videos``) the traced size, any other ``max(4 x traced, 512)``. A processor resizes
-images to one size, and activations grow with the square of the patches (attention over them with their square
-again): a tiny vision tower traced at 32 x 32 and planned at 512 x 512 for a batch of 8 planned 7 GiB. An explicit
-``dynamic_shapes`` with ``Dim(max=...)`` keeps its own bound (pass one to take larger images).
+``max(4 x traced, 8)``; an image's height and width (the last two dims of a floating-point input of rank 4 or more
+named for pixels, images or video: ``pixel_values``, ``pixel_values_videos``) the traced size, and its count of
+images or frames (its other dims) ``max(4 x traced, 8)`` as a batch; any other ``max(4 x traced, 512)``. A
+processor resizes images to one size, and activations grow with the square of the patches (attention over them with
+their square again): a tiny vision tower traced at 32 x 32 and planned at 512 x 512 for a batch of 8 planned 7 GiB.
+An explicit ``dynamic_shapes`` with ``Dim(max=...)`` keeps its own bound (pass one to take larger images).
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ def _is_image(name: str, value: torch.Tensor) -> bool:
 
 def cap_dynamic_dims(program: torch.export.ExportedProgram) -> dict[str, int]:
     """Give every unbounded symbol of ``program`` a finite upper bound, in place; return ``{symbol: cap}``."""
-    shape_env, batch, spatial = None, set(), set()
+    shape_env, batch, spatial, counts = None, set(), set(), set()
     user_inputs = set(program.graph_signature.user_inputs)
     for node in program.graph.nodes:
         if node.op != "placeholder":
@@ -52,8 +53,8 @@ def cap_dynamic_dims(program: torch.export.ExportedProgram) -> dict[str, int]:
                 shape_env = size.node.shape_env
                 if dim == 0 and node.name in user_inputs:
                     batch.add(size.node.expr)
-                elif node.name in user_inputs and _is_image(node.name, value) and dim >= value.dim() - 2:
-                    spatial.add(size.node.expr)
+                elif node.name in user_inputs and _is_image(node.name, value):
+                    (spatial if dim >= value.dim() - 2 else counts).add(size.node.expr)
     if shape_env is None:
         return {}
     hints = getattr(shape_env, "backed_var_to_val", None) or shape_env.var_to_val
@@ -62,7 +63,7 @@ def cap_dynamic_dims(program: torch.export.ExportedProgram) -> dict[str, int]:
         if not _unbounded(bounds.upper):
             continue
         seen = int(hints.get(symbol, 1))
-        if symbol in batch:
+        if symbol in batch or symbol in counts:
             cap = max(_GROWTH * seen, BATCH_FLOOR)
         elif symbol in spatial:
             cap = max(seen, 1)
