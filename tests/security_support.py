@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import os
 import shutil
 from collections.abc import Callable
 from pathlib import Path
@@ -132,12 +133,25 @@ def tiny_model() -> torch.nn.Module:
 
 @pytest.fixture(scope="session")
 def saved_exports(tiny_model, tmp_path_factory) -> Callable[[str], Path]:
-    """``saved_exports(fmt)``: the tiny Llama exported to ``fmt`` and saved once per session (read-only)."""
+    """``saved_exports(fmt)``: the tiny Llama exported to ``fmt`` and saved once per test session (read-only), shared
+    by the xdist workers of the session (an ExecuTorch export is ~35 s, and three files ask for it): the first worker
+    to ask exports under a file lock in the session's common temporary folder, the others read its folder."""
+    from filelock import FileLock
+
     made: dict[str, Path] = {}
+    base = tmp_path_factory.getbasetemp()
+    shared = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "saved-exports"
+    shared.mkdir(exist_ok=True)
 
     def get(fmt: str) -> Path:
         if fmt not in made:
-            made[fmt] = _export(fmt, tiny_model, tmp_path_factory.mktemp(f"saved-{fmt}") / "export")
+            folder, done = shared / fmt / "export", shared / fmt / "done"
+            with FileLock(str(shared / f"{fmt}.lock")):
+                if not done.exists():
+                    shutil.rmtree(folder.parent, ignore_errors=True)  # (a worker that died half-way)
+                    _export(fmt, tiny_model, folder)
+                    done.touch()
+            made[fmt] = folder
         return made[fmt]
 
     return get

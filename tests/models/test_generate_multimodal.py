@@ -258,7 +258,8 @@ def test_block_masks_with_a_static_cache_match_eager(name):
 # ForCausalLM: its output is logits, not hidden states) on every image's tokens flattened; Aria's projector maps its
 # patches to a fixed number of queries; Mistral 3's patch merger takes every image's patches as one sequence and
 # image_sizes (traced as the sample's values)
-@pytest.mark.parametrize("model_type, class_name", [("llama4", "Llama4ForConditionalGeneration"),
+@pytest.mark.parametrize("model_type, class_name", [pytest.param("llama4", "Llama4ForConditionalGeneration",
+                                                                 marks=pytest.mark.sweep),  # (30 s: in the sweep)
                                                     ("aria", "AriaForConditionalGeneration"),
                                                     ("mistral3", "Mistral3ForConditionalGeneration")])
 def test_a_matrix_tiny_image_prompt_generates_like_eager(model_type, class_name):

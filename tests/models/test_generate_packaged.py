@@ -1,4 +1,9 @@
-"""SmolLM2-135M (packaged, real weights): the exported model reloaded in a fresh process writes eager's text."""
+"""SmolLM2-135M (packaged, real weights): the exported model reloaded in a fresh process writes eager's text.
+
+In the sweep (~60 s: a real-size export, then a second process that imports and loads it): the default suite has the
+real weights' logits against eager after a reload (test_packaged_parity.py), a fresh process's ``hfexport run`` of a
+saved export writing eager's text (test_cli_e2e.py), and ``make demo`` this model's generate.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +12,7 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
 import torch
 
 from hfexport import DynamoConfig, DynamoExporter
@@ -16,6 +22,7 @@ PROMPTS = ["The capital of France is", "def fibonacci(n):"]
 NEW_TOKENS = 24
 
 
+@pytest.mark.sweep
 def test_smollm2_reloaded_in_a_new_process_generates_eager_text(tmp_path):
     model, tokenizer = packaged("smollm2")
     tokenizer.padding_side = "left"

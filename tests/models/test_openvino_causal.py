@@ -26,7 +26,19 @@ NEW_TOKENS = 32
 PROMPT = torch.tensor([[5, 6, 7, 8, 9, 5, 6, 7, 8, 9, 5, 6, 7, 11, 12, 13, 5, 6, 7]])
 
 
+_EXPORTS: dict = {}
+
+
 def _export(model, batch=1, stateful=True, multi=True, cache=None):
+    """The export of ``model`` for generation with these settings, made once per module (the tests read the
+    programs and run the exports; none changes them)."""
+    key = (id(model), batch, stateful, multi, None if cache is None else cache.to_json_string())
+    if key not in _EXPORTS:
+        _EXPORTS[key] = (model, _new_export(model, batch, stateful, multi, cache))  # (model kept: its id stays its)
+    return _EXPORTS[key][1]
+
+
+def _new_export(model, batch, stateful, multi, cache):
     ids = torch.randint(3, model.config.vocab_size, (batch, 6))
     mask = torch.ones_like(ids)
     if batch > 1:
@@ -53,14 +65,19 @@ def llama():
     return TINY_CASES["llama"].build()
 
 
-def test_the_proof_takes_a_pure_causal_mask_and_refuses_padding_windows_and_slots(llama):
+@pytest.fixture(scope="module")
+def gemma3():
+    return TINY_CASES["gemma3"].build()
+
+
+def test_the_proof_takes_a_pure_causal_mask_and_refuses_padding_windows_and_slots(llama, gemma3):
     layers = llama.config.num_hidden_layers
     growing = _export(llama).components["decode"].program
     assert [len(nodes) for nodes in proven_causal(growing).values()] == [layers]
     assert proven_causal(_export(llama, batch=2).components["decode"].program) == {}  # attention_mask input
     static = GenerationConfig(cache_implementation="static", max_cache_len=64)
     assert proven_causal(_export(llama, cache=static).components["decode"].program) == {}  # slots, cache_position
-    gemma = TINY_CASES["gemma3"].build()
+    gemma = gemma3
     types = gemma.config.get_text_config().layer_types
     assert "sliding_attention" in types and "full_attention" in types
     program = _export(gemma).components["decode"].program
@@ -88,8 +105,8 @@ def test_stateful_growing_cache_with_the_causal_flag_gives_eager_tokens(llama):
     torch.testing.assert_close(torch.cat([first.logits, second.logits], 1), expected, rtol=0, atol=1e-4)
 
 
-def test_gemma3_past_its_sliding_window_gives_eager_tokens():
-    model = TINY_CASES["gemma3"].build()
+def test_gemma3_past_its_sliding_window_gives_eager_tokens(gemma3):
+    model = gemma3
     window = model.config.get_text_config().sliding_window
     assert PROMPT.shape[1] + NEW_TOKENS > 2 * window, window
     got = _export(model).generate(input_ids=PROMPT, attention_mask=torch.ones_like(PROMPT), max_new_tokens=NEW_TOKENS)
