@@ -9,7 +9,7 @@ from typing import Any
 import torch
 
 __all__ = ["drop_tensor_checks", "fold_split_cat", "program_graphs", "rewrite_nodes", "traced", "resolve_sym_min_max",
-           "size_range", "call_with_value"]
+           "size_range", "call_with_value", "sym_mod_as_floordiv"]
 
 
 def drop_tensor_checks(program: torch.export.ExportedProgram) -> int:
@@ -186,3 +186,25 @@ def size_range(value: int | torch.SymInt) -> tuple[Any, Any]:
         return value, value
     ranges = bound_sympy(value.node.expr, value.node.shape_env.var_to_range)
     return ranges.lower, ranges.upper
+
+
+def sym_mod_as_floordiv(program: Any) -> int:
+    """Rewrite every ``operator.mod`` of symbolic ints in ``program`` as ``a - (a // b) * b``, in place; returns how
+    many. The same number for every sign of ``a`` and ``b`` where a converter's or runtime's own ``%`` is not Python's
+    (OpenVINO's conversion, ExecuTorch's ``mod.Scalar``), through the floor division that both do as Python does."""
+    return rewrite_nodes(program, _mod_as_floordiv)
+
+
+def _mod_as_floordiv(graph: torch.fx.Graph, node: torch.fx.Node) -> bool:
+    if node.target is not operator.mod or len(node.args) != 2:
+        return False
+    a, b = node.args
+    if not all(isinstance(traced(x), (int, torch.SymInt)) for x in (a, b)):
+        return False
+    with graph.inserting_before(node):
+        quotient = call_with_value(graph, operator.floordiv, (a, b), traced(a) // traced(b))
+        whole = call_with_value(graph, operator.mul, (quotient, b), quotient.meta["val"] * traced(b))
+        rest = call_with_value(graph, operator.sub, (a, whole), node.meta.get("val"))
+    node.replace_all_uses_with(rest)
+    graph.erase_node(node)
+    return True

@@ -11,40 +11,13 @@ each size ``a % b`` is rewritten before ``to_edge`` as ``a - (a // b) * b``: the
 
 from __future__ import annotations
 
-import operator
 from typing import Any
 
+from ..capture.graph_passes import sym_mod_as_floordiv
 from .executorch_to_edge import rewrite_programs_before_to_edge
 from .registry import workaround
 
-__all__ = ["python_size_mod"]
-
-
-def python_size_mod(program: Any) -> int:
-    """Rewrite every ``operator.mod`` of sizes in ``program`` as ``a - (a // b) * b``, in place; returns how many."""
-    from ..capture.graph_passes import rewrite_nodes
-
-    return rewrite_nodes(program, _mod_by_floordiv)
-
-
-def _mod_by_floordiv(graph: Any, node: Any) -> bool:
-    import torch
-
-    from ..capture.graph_passes import call_with_value, traced
-
-    if node.target is not operator.mod or len(node.args) != 2:
-        return False
-    a, b = node.args
-    value_a, value_b = traced(a), traced(b)
-    if not all(isinstance(v, int | torch.SymInt) for v in (value_a, value_b)):
-        return False
-    with graph.inserting_before(node):
-        quotient = call_with_value(graph, operator.floordiv, (a, b), value_a // value_b)
-        product = call_with_value(graph, operator.mul, (quotient, b), (value_a // value_b) * value_b)
-        remainder = call_with_value(graph, operator.sub, (a, product), value_a - (value_a // value_b) * value_b)
-    node.replace_all_uses_with(remainder)
-    graph.erase_node(node)
-    return True
+__all__: list[str] = []
 
 
 @workaround(
@@ -57,4 +30,4 @@ def _mod_by_floordiv(graph: Any, node: Any) -> bool:
     versions={"executorch": ">=0.6,<1.6"},
 )
 def _apply(model: Any, inputs: dict):
-    return rewrite_programs_before_to_edge(python_size_mod)
+    return rewrite_programs_before_to_edge(sym_mod_as_floordiv)

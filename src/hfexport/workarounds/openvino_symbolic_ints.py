@@ -21,37 +21,11 @@ import operator
 from functools import partial
 from typing import Any
 
+from ..capture.graph_passes import sym_mod_as_floordiv
 from .openvino_convert import rewrite_program_before_convert
 from .registry import workaround
 
-__all__ = ["sym_mod_as_floordiv"]
-
-
-def sym_mod_as_floordiv(program: Any) -> int:
-    """Rewrite every ``operator.mod`` of symbolic ints in ``program`` as ``a - (a // b) * b``; returns how many."""
-    from ..capture.graph_passes import rewrite_nodes
-
-    return rewrite_nodes(program, _mod_as_floordiv)
-
-
-def _mod_as_floordiv(graph: Any, node: Any) -> bool:
-    import torch
-
-    from ..capture.graph_passes import call_with_value, traced
-
-    if node.target is not operator.mod or len(node.args) != 2:
-        return False
-    a, b = node.args
-    if not all(isinstance(traced(x), (int, torch.SymInt)) for x in (a, b)):
-        return False
-    call = partial(call_with_value, graph)
-    with graph.inserting_before(node):
-        quotient = call(operator.floordiv, (a, b), traced(a) // traced(b))
-        whole = call(operator.mul, (quotient, b), quotient.meta["val"] * traced(b))
-        rest = call(operator.sub, (a, whole), node.meta.get("val"))
-    node.replace_all_uses_with(rest)
-    graph.erase_node(node)
-    return True
+__all__ = ["sym_mod_as_floordiv"]  # (from capture.graph_passes, shared with ExecuTorch's workaround)
 
 
 # more than any size: (_FAR - 1 + b - a) // _FAR is 1 where a < b and 0 where a >= b (numerator in [0, 2**23))
