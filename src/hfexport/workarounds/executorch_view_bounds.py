@@ -4,12 +4,13 @@
 (``ReplaceViewCopyWithViewPass``), then evaluates every tensor's symbolic shape to its upper bound, the base's and
 the view's each on its own (``ConstraintBasedSymShapeEvalPass``; "We do not guard nbytes because dynamic symints are
 replaced by upper bounds", exir/passes/replace_view_copy_with_view_pass.py). Where the view's sizes are another
-expression of the same symbols, the bounds differ: LongT5's local attention views its padded blocks
-``[batch, blocks, 3 * block]`` of ``(s + Mod(-s, 128)) // 128`` blocks, and its encoder plans a view of 24 MiB
-inside a base of 23.5 MiB. The runtime refuses to load the method ("offset_bytes (25165824) + size_bytes
-(25165824) >= allocator size (49807488)", error 0x21). Both bounds are bounds of one number of elements, so a base
-as large as its largest view is still a valid plan: this grows the base's leading dim until it holds every view of
-it (the leading dim's stride does not change). Drop it once the views' bounds are taken from their bases.
+expression of the same symbols, the bounds differ: Qwen2.5-VL's vision window index ``[s98, 4, (16 * (X // 384)) //
+(X // 1536)]`` is viewed as ``[X // 384, ...]``, and the view's bound is the larger; the planner reserves the base's
+bytes and the runtime refuses to load the method ("offset_bytes (15007744) + size_bytes (131072) >= allocator size
+(15040832)", error 0x21; LongT5's encoder too, before its sizes' ``%`` was rewritten: executorch_sym_mod). Both
+bounds are bounds of one number of elements, so a base as large as its largest view is still a valid plan: this
+grows the base's leading dim until it holds every view of it (the leading dim's stride does not change). Drop it
+once the views' bounds are taken from their bases.
 """
 
 from __future__ import annotations
@@ -60,7 +61,7 @@ def fit_bases_to_views(graph_module: Any) -> int:
     backend="executorch",
     target="executorch.exir.passes.sym_shape_eval_pass.ConstraintBasedSymShapeEvalPass.call",
     breaks="a method whose memory view has a larger upper bound than its base fails to load: 'offset_bytes + "
-    "size_bytes >= allocator size', error 0x21 (LongT5's encoder, Qwen2.5-VL, EXAONE 4.5)",
+    "size_bytes >= allocator size', error 0x21 (Qwen2.5-VL's and EXAONE 4.5's vision towers)",
     upstream="executorch exir/passes/replace_view_copy_with_view_pass.py (nbytes not guarded); no issue known",
     versions={"executorch": ">=0.6,<1.6"},
 )
