@@ -113,3 +113,19 @@ def tokenizer():
     except MissingPackageError as e:  # the packaged model is an install-time dependency (make venv)
         pytest.skip(str(e))
     return AutoTokenizer.from_pretrained(folder, local_files_only=True)
+
+
+@pytest.fixture
+def without_workaround(monkeypatch):
+    """``without_workaround(id)``: the registered workaround ``id`` does not apply for the rest of the test (a test's
+    premise: what goes wrong without it)."""
+    import dataclasses
+
+    from hfexport.workarounds import registry
+
+    def off(workaround_id: str) -> None:
+        registry.workarounds()  # (the built-ins registered)
+        replaced = dataclasses.replace(registry._registry[workaround_id], applies=lambda model, inputs: False)
+        monkeypatch.setitem(registry._registry, workaround_id, replaced)
+
+    return off

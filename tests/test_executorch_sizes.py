@@ -9,8 +9,6 @@ Both stopped LongT5 and Qwen2.5-VL's dynamic exports (their generate rows, in th
 
 from __future__ import annotations
 
-import dataclasses
-
 import pytest
 import torch
 
@@ -18,7 +16,6 @@ pytest.importorskip("executorch", reason="the ExecuTorch backend needs the execu
 
 from hfexport import ExecutorchConfig  # noqa: E402
 from hfexport.exporter_executorch import ExecutorchExporter  # noqa: E402
-from hfexport.workarounds import registry  # noqa: E402
 
 
 class PadToBlocks(torch.nn.Module):
@@ -28,13 +25,7 @@ class PadToBlocks(torch.nn.Module):
         return torch.nn.functional.pad(x, (0, 0, 0, (-x.shape[1]) % 4)) * 2
 
 
-def _without(monkeypatch, workaround_id):
-    registry.workarounds()  # (the built-ins registered)
-    off = dataclasses.replace(registry._registry[workaround_id], applies=lambda model, inputs: False)
-    monkeypatch.setitem(registry._registry, workaround_id, off)
-
-
-def test_a_size_modulo_follows_pythons_sign_rule(monkeypatch):
+def test_a_size_modulo_follows_pythons_sign_rule(without_workaround):
     x = torch.randn(2, 6, 3)
     exported = ExecutorchExporter().export(PadToBlocks(), {"x": x}, ExecutorchConfig(dynamic=True))
     assert "executorch-size-mod-sign" in exported.components["model"].metadata.workarounds
@@ -44,7 +35,7 @@ def test_a_size_modulo_follows_pythons_sign_rule(monkeypatch):
         got = exported(x=other)
         assert got.shape == expected.shape and torch.equal(got, expected), length
 
-    _without(monkeypatch, "executorch-size-mod-sign")  # the premise: the runtime's own % pads by -2
+    without_workaround("executorch-size-mod-sign")  # the premise: the runtime's own % pads by -2
     plain = ExecutorchExporter().export(PadToBlocks(), {"x": x}, ExecutorchConfig(dynamic=True))
     with pytest.raises(RuntimeError, match="0x12"):
         plain(x=x)

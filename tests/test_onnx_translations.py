@@ -236,14 +236,10 @@ class _PaddingMaskAttention(torch.nn.Module):
         return torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=extended)
 
 
-def test_an_attention_mask_that_broadcasts_over_the_queries_runs_in_onnx_runtime(monkeypatch):
+def test_an_attention_mask_that_broadcasts_over_the_queries_runs_in_onnx_runtime(without_workaround):
     """ONNX Runtime's Attention requires the mask's query axis to be the query length ("inconsistent
     q_sequence_length (between attn_mask and Q)", LayoutLM): the program's mask is expanded first
     (workaround onnx-attention-mask-rows)."""
-    import dataclasses
-
-    from hfexport.workarounds import registry
-
     gen = torch.Generator().manual_seed(0)
     q, k, v = (torch.randn(2, 4, 5, 8, generator=gen) for _ in range(3))
     mask = torch.ones(2, 5, dtype=torch.long)
@@ -256,8 +252,6 @@ def test_an_attention_mask_that_broadcasts_over_the_queries_runs_in_onnx_runtime
     got = exported(**inputs)
     assert (got[0] if isinstance(got, (tuple, list)) else got).sub(expected).abs().max() <= 1e-5
 
-    registry.workarounds()  # (the built-ins registered)
-    off = dataclasses.replace(registry._registry["onnx-attention-mask-rows"], applies=lambda model, inputs: False)
-    monkeypatch.setitem(registry._registry, "onnx-attention-mask-rows", off)
+    without_workaround("onnx-attention-mask-rows")
     with pytest.raises(Exception, match="q_sequence_length"):  # the premise: ONNX Runtime refuses the mask as it is
         _export(_PaddingMaskAttention(), inputs)[0](**inputs)

@@ -458,16 +458,12 @@ def test_an_output_named_like_an_input_keeps_both_ports_and_runs_after_a_reload(
     assert torch.allclose(out["hidden"], inputs["x"] * inputs["attention_mask"][..., None])
 
 
-def test_a_decode_step_without_a_mask_generates_like_eager_on_the_fused_stateful_attention(monkeypatch):
+def test_a_decode_step_without_a_mask_generates_like_eager_on_the_fused_stateful_attention(without_workaround):
     """Kosmos-2's text model attends its one decode query with no mask: the frontend's scalar mask stopped the CPU
     plugin's fused attention-with-cache at the first step (workaround openvino-sdpa-no-mask). Its text model alone,
     tiny (the whole Kosmos-2 is a matrix case)."""
-    import dataclasses
-
     from transformers import Kosmos2TextConfig
     from transformers.models.kosmos2.modeling_kosmos2 import Kosmos2TextForCausalLM
-
-    from hfexport.workarounds import registry
 
     torch.manual_seed(0)
     config = Kosmos2TextConfig(vocab_size=128, embed_dim=32, layers=2, ffn_dim=64, attention_heads=4,
@@ -485,8 +481,6 @@ def test_a_decode_step_without_a_mask_generates_like_eager_on_the_fused_stateful
     assert "openvino-sdpa-no-mask" in exported.components["decode"].metadata.workarounds
     assert torch.equal(exported.generate(**inputs, max_new_tokens=12), expected)
 
-    registry.workarounds()  # (the built-ins registered)
-    off = dataclasses.replace(registry._registry["openvino-sdpa-no-mask"], applies=lambda model, inputs: False)
-    monkeypatch.setitem(registry._registry, "openvino-sdpa-no-mask", off)
+    without_workaround("openvino-sdpa-no-mask")
     with pytest.raises(RuntimeError, match="ScaledDotProductAttentionWithKVCache"):  # the premise, without it
         export().generate(**inputs, max_new_tokens=12)
