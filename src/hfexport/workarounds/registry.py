@@ -19,7 +19,8 @@ from typing import Any
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
-__all__ = ["Workaround", "register_workaround", "workaround", "workarounds", "applied_workarounds", "patch_attribute"]
+__all__ = ["Workaround", "register_workaround", "workaround", "workarounds", "applied_workarounds", "patch_attribute",
+           "ON_IMPORT"]
 
 Undo = Callable[[], None]
 
@@ -96,6 +97,10 @@ def uses_class(model: Any, module_name: str, class_name: str) -> bool:
     return cls is not None and hasattr(model, "modules") and any(type(m) is cls for m in model.modules())
 
 
+#: The ``backend`` of the workarounds that make a package importable: an import hook applies one (through
+#: :func:`applied_workarounds` with its id) when the package is first imported, never an export's scope.
+ON_IMPORT = "import"
+
 _registry: dict[str, Workaround] = {}
 _apply_lock = threading.RLock()
 
@@ -144,7 +149,10 @@ def applied_workarounds(backend: str | None, model: Any, inputs: dict,
     undos: list[Undo] = []
     with _apply_lock:
         try:
-            for w in workarounds(None if wanted is not None else backend):
+            # (ids all registered already: no need to import every built-in, as an import hook's call would)
+            known = wanted is not None and wanted <= _registry.keys()
+            candidates = list(_registry.values()) if known else workarounds(None if wanted is not None else backend)
+            for w in candidates:
                 if wanted is not None and w.id not in wanted:
                     continue
                 if w.in_version_range() and w.applies(model, inputs):
@@ -175,7 +183,7 @@ BUILTIN_MODULES = tuple(f"hfexport.workarounds.{name}" for name in (
     "openvino_negative_floordiv", "executorch_list_return_guard", "executorch_python_sym_ops",
     "openvino_mask_fill", "models.cpmant", "onnx_index_put_mask", "openvino_sdpa_no_mask", "models.rwkv",
     "cumulative_extrema", "antialias_resize", "onnx_rewrite_initializer_names", "onnx_attention_mask_rows",
-    "executorch_view_bounds", "executorch_sym_mod",
+    "executorch_view_bounds", "executorch_sym_mod", "torchvision_ops",
 ))
 
 
