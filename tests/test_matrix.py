@@ -45,6 +45,15 @@ def test_discovery_covers_hundreds_of_architectures_and_filters_by_substring_or_
     assert {"llama", "llama4", "diffllama"} <= fuzzy and "mistral" not in fuzzy
 
 
+def test_an_override_is_merged_into_a_sub_config_at_any_depth():
+    # Perception Encoder video: the timm ViT's width arguments two configs down; the rest of that config stays
+    config = tiny_config("pe_video")
+    vision = config.video_config.vision_config
+    assert vision.model_args == {"embed_dim": 64, "depth": 2, "num_heads": 4}
+    default = type(config)().video_config.vision_config
+    assert vision.architecture == default.architecture == "vit_pe_core_large_patch14_336"
+
+
 def test_shrunk_configs_are_tiny_and_renumber_special_tokens():
     llama = tiny_config("llama")
     assert (llama.hidden_size, llama.num_hidden_layers, llama.num_attention_heads, llama.vocab_size) == (64, 2, 4, 256)
@@ -257,6 +266,14 @@ def test_inputs_whose_layout_the_config_does_not_say_are_found_by_running_the_mo
     ("qwen3_asr_encoder", "Qwen3ASREncoder", {"input_features": (2, 8, 100), "input_features_mask": (2, 100)}),
     # SAM 2's Hiera keeps its first stage's width (embed_dim_per_stage[0]) as its hidden size
     ("sam2_vision_model", "Sam2VisionModel", {"pixel_values": (2, 3, 32, 32)}),
+    # timm towers (timm now installed; overrides pick a small variant, or timm's width arguments, and the widths
+    # read off it): EdgeTAM's RepViT neck, Gemma 3n's MobileNetV5 at 1/8 of its channels, a TimmBackbone, FastVLM's
+    # FastViT with its image placeholders
+    ("edgetam_vision_model", "EdgeTamVisionModel", {"pixel_values": (2, 3, 32, 32)}),
+    ("gemma3n_vision", "TimmWrapperModel", {"pixel_values": (2, 3, 32, 32)}),
+    ("timm_backbone", "TimmBackbone", {"pixel_values": (2, 3, 32, 32)}),
+    ("fast_vlm", "FastVlmForConditionalGeneration", {"input_ids": (2, 7), "attention_mask": (2, 7),
+                                                     "pixel_values": (2, 3, 32, 32)}),
 ])
 def test_models_the_matrix_could_not_build_or_feed_before_run_eagerly(model_type, class_name, shapes):
     """Each of these was cannot-build, no-inputs or eager-fails (issue 22); ``_eager`` is the worker's own path

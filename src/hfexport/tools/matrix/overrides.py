@@ -19,7 +19,9 @@ _CHAMELEON_VOCAB = {"<image>": VOCAB - 1, **{
     "IMGIMG" + "".join(chr(ord("A") + int(c)) for c in str(i)) + "Z": 128 + i for i in range(_IMAGE_CODES)}}
 _EMU3_VOCAB = {"<image>": VOCAB - 1, "<|extra_200|>": VOCAB - 2,
                **{f"<|visual token{i:06d}|>": 128 + i for i in range(_IMAGE_CODES)}}
-# model_type -> config kwargs the generic rules get wrong for that family
+_TIMM_VIT = {"embed_dim": HIDDEN, "depth": LAYERS, "num_heads": HEADS}  # a timm ViT's width, depth and heads
+# model_type -> config kwargs the generic rules get wrong for that family (a dict is merged into the sub-config, at
+# any depth)
 OVERRIDES: dict[str, dict[str, Any]] = {
     "gemma3_text": {"sliding_window": 8, "query_pre_attn_scalar": HEAD_DIM},
     "mamba": {"tie_word_embeddings": False},
@@ -102,6 +104,24 @@ OVERRIDES: dict[str, dict[str, Any]] = {
     "blt": {"num_hidden_layers": LAYERS},
     "shieldgemma2": {"mm_tokens_per_image": 4},  # (Gemma 3's: 16 patches pooled 2 x 2)
     "vipllava": {"vision_feature_layers": [-1, -2]},  # 5 layers of a 24-layer tower by default
+    # timm towers (TimmWrapper, TimmBackbone): their size is their architecture's, which no size field says: a small
+    # variant of the same family or timm's own width and depth arguments (model_args), and the widths read off it
+    "fast_vlm": {"vision_config": {"architecture": "fastvit_mci0", "hidden_size": 1024}},  # mci3: 123M, 3072 wide
+    "gemma3n": {"vision_config": {"model_args": {"channel_multiplier": 0.125}}},  # 294M -> 16M, still 2048 wide
+    "gemma3n_vision": {"model_args": {"channel_multiplier": 0.125}},
+    "pe_video": {"video_config": {"vision_config": {"model_args": _TIMM_VIT}}},  # a ViT-L/14 by default
+    "pe_video_encoder": {"vision_config": {"model_args": _TIMM_VIT}},
+    "pe_audio_video": {"video_config": {"vision_config": {"model_args": _TIMM_VIT}}},
+    "pe_audio_video_encoder": {"video_config": {"vision_config": {"model_args": _TIMM_VIT}}},
+    # its default tower (resnet50, no model_args) does not build: the projector reads model_args["embed_dim"]
+    "perception_lm": {"vision_config": {"architecture": "vit_pe_core_large_patch14_336", "model_args": _TIMM_VIT}},
+    "timm_backbone": {"backbone": "resnet10t"},  # none by default
+    # EdgeTAM's neck reads a RepViT's four stages (48..384 channels); the default config names resnet50
+    "edgetam": {"vision_config": {"backbone_config": {"architecture": "repvit_m0_9"}}},
+    "edgetam_vision_model": {"backbone_config": {"architecture": "repvit_m0_9"}},
+    # a Swin-T backbone (28M) read at three stages whose widths the encoder takes as encoder_in_channels
+    "omdet-turbo": {"backbone_config": {"backbone": "resnet18", "out_indices": [2, 3, 4]},
+                    "encoder_in_channels": [128, 256, 512]},
 }
 
 # model_type -> why the generate stage compares one row, not a batch of 2: eager's batched generate is wrong upstream

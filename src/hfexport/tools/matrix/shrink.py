@@ -356,9 +356,15 @@ def tiny_config(model_type: str, fit: bool = False) -> Any:
             shrunk = _shrunk(sub_values, _layer_count(sub_values), fit)
             derived = _derived(type(sub), sub_values, shrunk) if fit else set()
             kwargs[key] = {**{k: v for k, v in sub_values.items() if k not in derived}, **shrunk}
-    for key, value in OVERRIDES.get(model_type, {}).items():
-        kwargs[key] = {**kwargs[key], **value} if isinstance(value, dict) and isinstance(kwargs.get(key), dict) else value
-    return config_class(**kwargs)
+    return config_class(**_merged(kwargs, OVERRIDES.get(model_type, {})))
+
+
+def _merged(values: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
+    """``values`` with ``override``'s entries, a dict merged into a dict at any depth (a sub-config's own)."""
+    out = dict(values)
+    for key, value in override.items():
+        out[key] = _merged(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
+    return out
 
 
 _CAUSAL_SUFFIXES = ("ForCausalLM", "Decoder", "LMHeadModel")
