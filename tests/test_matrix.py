@@ -49,7 +49,8 @@ def test_an_override_is_merged_into_a_sub_config_at_any_depth():
     # Perception Encoder video: the timm ViT's width arguments two configs down; the rest of that config stays
     config = tiny_config("pe_video")
     vision = config.video_config.vision_config
-    assert vision.model_args == {"embed_dim": 64, "depth": 2, "num_heads": 4}
+    assert vision.model_args == {"embed_dim": 64, "depth": 2, "num_heads": 4, "dynamic_img_size": True,
+                                 "dynamic_img_pad": True}
     default = type(config)().video_config.vision_config
     assert vision.architecture == default.architecture == "vit_pe_core_large_patch14_336"
 
@@ -274,6 +275,12 @@ def test_inputs_whose_layout_the_config_does_not_say_are_found_by_running_the_mo
     ("timm_backbone", "TimmBackbone", {"pixel_values": (2, 3, 32, 32)}),
     ("fast_vlm", "FastVlmForConditionalGeneration", {"input_ids": (2, 7), "attention_mask": (2, 7),
                                                      "pixel_values": (2, 3, 32, 32)}),
+    # timm ViTs that resample their position embedding and pad to whole 14-pixel patches: Perception LM's tiles
+    # (3 x 3 patches: 9 image tokens), PE Video's frames (a text-first class that requires the video too)
+    ("perception_lm", "PerceptionLMForConditionalGeneration", {"input_ids": (2, 15), "attention_mask": (2, 15),
+                                                               "pixel_values": (2, 1, 3, 32, 32)}),
+    ("pe_video", "PeVideoModel", {"input_ids": (2, 6), "attention_mask": (2, 6),
+                                  "pixel_values_videos": (2, 2, 3, 32, 32)}),
 ])
 def test_models_the_matrix_could_not_build_or_feed_before_run_eagerly(model_type, class_name, shapes):
     """Each of these was cannot-build, no-inputs or eager-fails (issue 22); ``_eager`` is the worker's own path

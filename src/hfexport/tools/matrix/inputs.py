@@ -424,9 +424,9 @@ def sample_inputs(model: Any, model_type: str, batch: int = 2, seq: int = 6,
         out.update(_text(model, gen, batch, seq, params))
     # an image-first class whose text is optional (BLIP, Kosmos-2) or required (BLIP-2): tried with it below
     text_too = main in ("pixel_values", "pixel_values_videos") and "input_ids" in params and "input_ids" not in out
-    for name in required:  # media a text-first class also requires (PE Audio: input_ids and input_values)
-        if name not in out and name in ("pixel_values", "input_values"):
-            out[name] = _pixels(model, gen, batch) if name == "pixel_values" else _audio(gen, batch)
+    for name in required:  # media a text-first class also requires (PE Audio: input_ids and input_values; PE
+        if name not in out and name in ("pixel_values", "pixel_values_videos", "input_values"):  # Video: a video)
+            out[name] = _audio(gen, batch) if name == "input_values" else _pixels(model, gen, batch)
         elif name not in out and name in _FEATURE_KEYS:  # a codec's semantic branch (X-Codec 2: waveform + mel)
             out[name] = _features(model, gen, batch)
         elif name not in out and name.endswith("input_ids") and not (text_too and name == "input_ids"):

@@ -19,7 +19,9 @@ _CHAMELEON_VOCAB = {"<image>": VOCAB - 1, **{
     "IMGIMG" + "".join(chr(ord("A") + int(c)) for c in str(i)) + "Z": 128 + i for i in range(_IMAGE_CODES)}}
 _EMU3_VOCAB = {"<image>": VOCAB - 1, "<|extra_200|>": VOCAB - 2,
                **{f"<|visual token{i:06d}|>": 128 + i for i in range(_IMAGE_CODES)}}
-_TIMM_VIT = {"embed_dim": HIDDEN, "depth": LAYERS, "num_heads": HEADS}  # a timm ViT's width, depth and heads
+# a timm ViT's width, depth and heads; its position embedding, fixed to the image size it is built for (336 pixels),
+# resampled to the image's, padded to whole patches
+_TIMM_VIT = {"embed_dim": HIDDEN, "depth": LAYERS, "num_heads": HEADS, "dynamic_img_size": True, "dynamic_img_pad": True}
 # model_type -> config kwargs the generic rules get wrong for that family (a dict is merged into the sub-config, at
 # any depth)
 OVERRIDES: dict[str, dict[str, Any]] = {
@@ -107,8 +109,11 @@ OVERRIDES: dict[str, dict[str, Any]] = {
     # timm towers (TimmWrapper, TimmBackbone): their size is their architecture's, which no size field says: a small
     # variant of the same family or timm's own width and depth arguments (model_args), and the widths read off it
     "fast_vlm": {"vision_config": {"architecture": "fastvit_mci0", "hidden_size": 1024}},  # mci3: 123M, 3072 wide
-    "gemma3n": {"vision_config": {"model_args": {"channel_multiplier": 0.125}}},  # 294M -> 16M, still 2048 wide
-    "gemma3n_vision": {"model_args": {"channel_multiplier": 0.125}},
+    # MobileNetV5: 294M -> 16M at 1/8 of its channels, still 2048 wide at the end (the config's hidden_size must say
+    # it), and any image pooled to 16 x 16 = 256 soft tokens (as the config's count must)
+    "gemma3n": {"vision_config": {"model_args": {"channel_multiplier": 0.125}, "hidden_size": 2048},
+                "vision_soft_tokens_per_image": 256},
+    "gemma3n_vision": {"model_args": {"channel_multiplier": 0.125}, "hidden_size": 2048},
     "pe_video": {"video_config": {"vision_config": {"model_args": _TIMM_VIT}}},  # a ViT-L/14 by default
     "pe_video_encoder": {"vision_config": {"model_args": _TIMM_VIT}},
     "pe_audio_video": {"video_config": {"vision_config": {"model_args": _TIMM_VIT}}},
