@@ -45,3 +45,23 @@ def test_dbrx_experts_trace_without_their_loop_over_the_experts_hit():
         with torch.no_grad():
             expected = model(**sample).logits
         assert (exported(**sample).logits - expected).abs().max() < 1e-4
+
+
+def test_grouped_mm_experts_of_a_language_model_inside_a_model_that_cannot_switch_run_as_batched_mm_on_openvino():
+    """Nemotron-H Omni: its RADIO vision tower cannot switch experts implementations, so the composite says it cannot
+    as a whole, while its Nemotron-H language model resolved grouped_mm (aten.histc and grouped_mm_fallback, which
+    OpenVINO's frontend and ExecuTorch's edge verifier refuse). The switch reaches the language model."""
+    from hfexport import OpenVINOConfig
+    from hfexport.exporter_openvino import OpenVINOExporter
+
+    model = build_model("nemotron_h_omni", "NemotronH_Omni_Reasoning_V3")
+    assert not model._can_set_experts_implementation()  # (the premise: the top model refuses the switch)
+    language = model.language_model
+    assert language.config._experts_implementation_internal == "grouped_mm"
+    inputs = sample_inputs(model, "nemotron_h_omni")
+    with torch.no_grad():
+        expected = model(**inputs).logits
+    exported = OpenVINOExporter().export(model, inputs, config=OpenVINOConfig(dynamic=True))
+    assert "openvino-moe-batched-mm" in exported.components["model"].metadata.workarounds
+    assert language.config._experts_implementation_internal == "grouped_mm", "the model's own choice is put back"
+    assert (exported(**inputs).logits - expected).abs().max() < 1e-3

@@ -31,13 +31,15 @@ __all__ = ["uses_grouped_mm_experts", "uses_eager_experts", "use_batched_mm_expe
 
 
 def uses_grouped_mm_experts(model: Any, inputs: dict) -> bool:
-    """Whether ``model`` resolved its experts implementation to ``grouped_mm`` (and can switch it)."""
-    return _resolved_experts(model) == "grouped_mm"
+    """Whether ``model``, or a model inside it, resolved its experts implementation to ``grouped_mm`` (and can
+    switch it)."""
+    return bool(_experts_models(model, "grouped_mm"))
 
 
 def uses_eager_experts(model: Any, inputs: dict) -> bool:
-    """Whether ``model`` resolved its experts implementation to ``eager`` (and can switch it)."""
-    return _resolved_experts(model) == "eager"
+    """Whether ``model``, or a model inside it, resolved its experts implementation to ``eager`` (and can switch
+    it)."""
+    return bool(_experts_models(model, "eager"))
 
 
 def _resolved_experts(model: Any) -> str | None:
@@ -48,11 +50,33 @@ def _resolved_experts(model: Any) -> str | None:
     return getattr(model.config, "_experts_implementation_internal", None)
 
 
-def use_batched_mm_experts(model: Any, inputs: dict) -> Callable[[], None]:
-    """Switch to ``batched_mm``; the returned undo puts the model's own choice back."""
-    before = model.get_experts_implementation()
-    model.set_experts_implementation("batched_mm")
-    return lambda: model.set_experts_implementation(before)
+def _experts_models(model: Any, implementation: str) -> list[Any]:
+    """The outermost models in ``model`` (itself first) that can switch their experts and resolved them to
+    ``implementation``: a composite whose other tower cannot switch (Nemotron-H Omni's RADIO vision model, the
+    Nemotron 3.5 transcriber's audio tower) says it cannot as a whole, while its language model can."""
+    if _resolved_experts(model) == implementation:
+        return [model]
+    children = getattr(model, "children", None)
+    return [m for child in (children() if callable(children) else ()) for m in _experts_models(child, implementation)]
+
+
+def _batched_mm(implementation: str) -> Callable[[Any, dict], Callable[[], None]]:
+    def apply(model: Any, inputs: dict) -> Callable[[], None]:
+        """Switch each such model to ``batched_mm``; the returned undo puts each one's own choice back."""
+        switched = [(m, m.get_experts_implementation()) for m in _experts_models(model, implementation)]
+        for m, _ in switched:
+            m.set_experts_implementation("batched_mm")
+
+        def undo() -> None:
+            for m, before in reversed(switched):
+                m.set_experts_implementation(before)
+
+        return undo
+
+    return apply
+
+
+use_batched_mm_experts = _batched_mm("grouped_mm")
 
 
 for _backend, _versions, _breaks in (
@@ -82,6 +106,6 @@ register_workaround(Workaround(
     "cannot guard on the data-dependent count (GuardOnDataDependentSymNode: Eq(u0, 0))",
     upstream="transformers integrations/moe.py eager experts forward; no issue known",
     versions={"transformers": ">=5.0,<5.24"},
-    apply=use_batched_mm_experts,
+    apply=_batched_mm("eager"),
     applies=uses_eager_experts,
 ))
