@@ -5,6 +5,10 @@
 - A memory view whose upper bound is evaluated larger than its base's: the planner reserves the base's bytes and the
   runtime refuses to load the method, error 0x21 (workaround executorch-view-bounds grows the base).
 Both stopped LongT5 and Qwen2.5-VL's dynamic exports (their generate rows, in the sweep here).
+- A layout whose strides hold a data-dependent size: ``to_executorch`` guards on their order (workaround
+  executorch-unbacked-stride-order; Idefics2/3, Granite Docling, ModernVBERT).
+- An int32 index of ``scatter_add``: the edge verifier takes int64 only (workaround executorch-int32-index;
+  GLM-5-Next).
 """
 
 from __future__ import annotations
@@ -107,3 +111,46 @@ def test_an_images_height_and_width_are_planned_at_the_traced_size_and_a_cache_l
     assert cap["input_ids"] == [BATCH_FLOOR, LENGTH_FLOOR]
     assert cap["past_keys"] == [BATCH_FLOOR, 4, LENGTH_FLOOR, 8]
     assert cap["pixel_values_videos"] == [BATCH_FLOOR, 4 * 3, 3, 16, 16]  # frames as a batch, not 512 of them
+
+
+class KeepRows(torch.nn.Module):
+    """Keeps the rows a mask selects (an image-text model's real images), then puts their count inside the layout."""
+
+    def forward(self, x, keep):
+        rows = x[keep]  # [u, 4, 8], u data-dependent
+        return (rows.transpose(0, 1).contiguous() * 2).sum(1)  # through [4, u, 8]: strides (8u, 8, 1)
+
+
+def test_a_layout_whose_strides_hold_a_data_dependent_size_gets_a_dim_order(without_workaround):
+    x = torch.randn(3, 4, 8)
+    inputs = {"x": x, "keep": torch.tensor([True, False, True])}
+    exported = ExecutorchExporter().export(KeepRows(), inputs, ExecutorchConfig(dynamic=True))
+    assert "executorch-unbacked-stride-order" in exported.components["model"].metadata.workarounds
+    for keep in ([True, False, True], [True, True, True], [False, True, False]):
+        keep = torch.tensor(keep)
+        torch.testing.assert_close(exported(x=x, keep=keep), KeepRows()(x, keep), rtol=0, atol=1e-6)
+
+    without_workaround("executorch-unbacked-stride-order")  # the premise: to_executorch guards on 8*u < 8
+    with pytest.raises(Exception, match="data-dependent"):
+        ExecutorchExporter().export(KeepRows(), inputs, ExecutorchConfig(dynamic=True))
+
+
+class CountPicks(torch.nn.Module):
+    """Counts how often each position is picked, from int32 indices (GLM-5-Next's top-k attention mask)."""
+
+    def forward(self, picks):
+        counts = torch.zeros(picks.shape[0], 16, dtype=torch.int32)
+        counts.scatter_add_(-1, picks, torch.ones_like(picks))
+        return counts * 3
+
+
+def test_an_int32_index_of_scatter_add_is_taken(without_workaround):
+    picks = torch.randint(0, 16, (2, 5), dtype=torch.int32)
+    exported = ExecutorchExporter().export(CountPicks(), {"picks": picks}, ExecutorchConfig(dynamic=True))
+    assert "executorch-int32-index" in exported.components["model"].metadata.workarounds
+    other = torch.randint(0, 16, (3, 7), dtype=torch.int32)
+    assert torch.equal(exported(picks=other), CountPicks()(other))
+
+    without_workaround("executorch-int32-index")  # the premise: the edge verifier takes int64 indices only
+    with pytest.raises(Exception, match="mismatched dtypes"):
+        ExecutorchExporter().export(CountPicks(), {"picks": picks}, ExecutorchConfig(dynamic=True))
