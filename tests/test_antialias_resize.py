@@ -42,12 +42,15 @@ class ResizedTable(torch.nn.Module):
 
 
 @pytest.mark.parametrize("fmt,mode", [("openvino", "bilinear"), ("onnx", "bilinear"),  # (bicubic: the same
-                                      pytest.param("openvino", "bicubic", marks=pytest.mark.sweep)])  # products)
+                                      ("executorch", "bicubic"),  # products; timm's ViTs resample bicubic)
+                                      pytest.param("openvino", "bicubic", marks=pytest.mark.sweep)])
 def test_an_export_resizes_to_a_symbolic_size_like_eager(fmt, mode):
     import hfexport
 
-    exporter, config = {"onnx": ("OnnxExporter", "OnnxConfig"), "openvino": ("OpenVINOExporter", "OpenVINOConfig")}[fmt]
-    pytest.importorskip({"onnx": "onnxscript", "openvino": "openvino"}[fmt], reason=f"the {fmt} extra is not installed")
+    exporter, config = {"onnx": ("OnnxExporter", "OnnxConfig"), "openvino": ("OpenVINOExporter", "OpenVINOConfig"),
+                        "executorch": ("ExecutorchExporter", "ExecutorchConfig")}[fmt]
+    pytest.importorskip({"onnx": "onnxscript", "openvino": "openvino", "executorch": "executorch"}[fmt],
+                        reason=f"the {fmt} extra is not installed")
     model = ResizedTable(mode).eval()
     gen = torch.Generator().manual_seed(0)
     exported = getattr(hfexport, exporter)().export(model, {"x": torch.randn(2, 4, 6, 5, generator=gen)},

@@ -6,6 +6,7 @@ matmuls (``dbrx-batched-experts``)."""
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from hfexport import DynamoConfig
@@ -47,6 +48,21 @@ def test_dbrx_experts_trace_without_their_loop_over_the_experts_hit():
         assert (exported(**sample).logits - expected).abs().max() < 1e-4
 
 
+def test_the_switch_reaches_a_language_model_inside_a_model_that_cannot_switch_and_is_put_back():
+    """Nemotron-H Omni (below, exported in the sweep): the composite refuses the switch, its language model takes it."""
+    from hfexport.workarounds import applied_workarounds
+
+    model = build_model("nemotron_h_omni", "NemotronH_Omni_Reasoning_V3")
+    assert not model._can_set_experts_implementation()  # (the premise: the top model refuses the switch)
+    language = model.language_model
+    assert language.config._experts_implementation_internal == "grouped_mm"
+    with applied_workarounds("openvino", model, {}) as fired:
+        assert "openvino-moe-batched-mm" in fired
+        assert language.config._experts_implementation_internal == "batched_mm"
+    assert language.config._experts_implementation_internal == "grouped_mm"
+
+
+@pytest.mark.sweep
 def test_grouped_mm_experts_of_a_language_model_inside_a_model_that_cannot_switch_run_as_batched_mm_on_openvino():
     """Nemotron-H Omni: its RADIO vision tower cannot switch experts implementations, so the composite says it cannot
     as a whole, while its Nemotron-H language model resolved grouped_mm (aten.histc and grouped_mm_fallback, which

@@ -1,16 +1,18 @@
-"""OpenVINO, ONNX: ``F.interpolate(..., antialias=True)`` traced as two matrix products with the resampling weights.
+"""OpenVINO, ONNX, ExecuTorch: ``F.interpolate(..., antialias=True)`` traced as two matrix products with the resampling
+weights.
 
 OpenVINO's PyTorch frontend has no rule for ``aten._upsample_bilinear2d_aa`` or ``aten._upsample_bicubic2d_aa``
 ("cannot convert aten._upsample_bilinear2d_aa.default", openvino 2026.3.1); torch.onnx writes them as
 ``Resize(antialias=1)``, which ONNX Runtime (1.32) computes with other weights than ATen's (SigLIP 2's vision model
-2.5e-2 from eager). Both meet them in SigLIP 2's position embeddings resized to each image's patch grid (SigLIP 2,
-LFM2-VL, DeepSeek-OCR 2) and Cosmos3-Edge's vision tower. An antialiased resize is
+2.5e-2 from eager); ExecuTorch's ``to_edge`` refuses them (not in the Core ATen opset). They meet them in SigLIP 2's
+position embeddings resized to each image's patch grid (SigLIP 2, LFM2-VL, DeepSeek-OCR 2), Cosmos3-Edge's vision
+tower and timm's ViTs that resample their position embedding (PE Video, Perception LM). An antialiased resize is
 separable and linear: ``out = W_h @ x @ W_w^T``, each row of ``W`` the filter (triangle for bilinear, Keys' cubic
 with a = -0.5 for bicubic) centred on the output pixel, stretched by the scale when downsampling, cut to the input's
 support and normalised to sum 1, as ATen's ``_compute_weights_aa`` builds them. Here the weights are built with
 tensor ops from the output index, so an output size read from a tensor (a grid) stays symbolic. Only 4-D inputs with
-``align_corners=False``; anything else keeps ``interpolate``. During an OpenVINO or ONNX trace only. Drop each once
-its backend converts the ``_aa`` ops as ATen computes them.
+``align_corners=False``; anything else keeps ``interpolate``. During an OpenVINO, ONNX or ExecuTorch trace only. Drop
+each once its backend converts the ``_aa`` ops as ATen computes them.
 """
 
 from __future__ import annotations
@@ -99,6 +101,9 @@ for _backend, _breaks, _versions in (
      {"openvino": ">=2024.0,<2027"}),
     ("onnx", "torch.onnx writes Resize(antialias=1), which ONNX Runtime computes with other weights than ATen's: "
      "SigLIP 2's vision model differed from eager by 2.5e-2", {"onnxruntime": ">=1.16,<1.33"}),
+    ("executorch", "to_edge refuses aten._upsample_bicubic2d_aa / _bilinear2d_aa, not in the Core ATen opset "
+     "(SpecViolationError): timm's ViTs resampling their position embedding to the image (PE Video, Perception LM)",
+     {"executorch": ">=0.6,<1.6"}),
 ):
     workaround(id=f"{_backend}-antialias-resize", backend=_backend, breaks=_breaks, upstream=None, versions=_versions,
                target=f"torch.nn.functional.interpolate(antialias=True) during a {_backend} trace")(_apply)
