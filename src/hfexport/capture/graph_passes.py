@@ -129,10 +129,11 @@ def rewrite_nodes(program: Any, rewrite: Callable[[torch.fx.Graph, torch.fx.Node
     return count
 
 
-def call_with_value(graph: torch.fx.Graph, target: Any, args: tuple, value: Any) -> torch.fx.Node:
-    """A new ``call_function`` node of ``target(*args)`` at the graph's insertion point, its ``meta["val"]`` set to
-    ``value`` (the size arithmetic the backends' workarounds write)."""
-    node = graph.call_function(target, args)
+def call_with_value(graph: torch.fx.Graph, target: Any, args: tuple, value: Any,
+                    kwargs: dict[str, Any] | None = None) -> torch.fx.Node:
+    """A new ``call_function`` node of ``target(*args, **kwargs)`` at the graph's insertion point, its
+    ``meta["val"]`` set to ``value`` (the size arithmetic and casts the backends' workarounds write)."""
+    node = graph.call_function(target, args, kwargs)
     node.meta["val"] = value
     return node
 

@@ -14,18 +14,19 @@ from typing import Any
 
 import torch
 
-from ..capture.graph_passes import rewrite_nodes, traced
+from ..capture.graph_passes import call_with_value, rewrite_nodes, traced
 from .executorch_to_edge import rewrite_programs_before_to_edge
 from .registry import workaround
 
 __all__ = ["int64_indices"]
 
-# op -> the position of its index argument (the in-place forms too: the program is not functionalized yet)
-_INDEX_ARG = {op: 2 for op in (
+# the ops whose third argument is an index (the in-place forms too: the program is not functionalized yet)
+_INDEXED = frozenset((
     torch.ops.aten.scatter.src, torch.ops.aten.scatter.value, torch.ops.aten.scatter_.src,
     torch.ops.aten.scatter_.value, torch.ops.aten.scatter_add.default, torch.ops.aten.scatter_add_.default,
     torch.ops.aten.scatter_reduce.two, torch.ops.aten.scatter_reduce_.two, torch.ops.aten.gather.default,
-)}
+))
+_INDEX = 2
 
 
 def int64_indices(program: Any) -> int:
@@ -34,17 +35,16 @@ def int64_indices(program: Any) -> int:
 
 
 def _widen_index(graph: torch.fx.Graph, node: torch.fx.Node) -> bool:
-    position = _INDEX_ARG.get(node.target)
-    if position is None or len(node.args) <= position:
+    if node.target not in _INDEXED or len(node.args) <= _INDEX:
         return False
-    index = node.args[position]
+    index = node.args[_INDEX]
     value = traced(index)
     if not isinstance(index, torch.fx.Node) or not isinstance(value, torch.Tensor) or value.dtype != torch.int32:
         return False
     with graph.inserting_before(node):
-        wide = graph.call_function(torch.ops.aten._to_copy.default, (index,), {"dtype": torch.int64})
-        wide.meta = {**index.meta, "val": value.to(torch.int64)}
-    node.args = (*node.args[:position], wide, *node.args[position + 1:])
+        wide = call_with_value(graph, torch.ops.aten._to_copy.default, (index,), value.to(torch.int64),
+                               {"dtype": torch.int64})
+    node.args = (*node.args[:_INDEX], wide, *node.args[_INDEX + 1:])
     return True
 
 
