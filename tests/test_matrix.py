@@ -281,6 +281,11 @@ def test_inputs_whose_layout_the_config_does_not_say_are_found_by_running_the_mo
                                                                "pixel_values": (2, 1, 3, 32, 32)}),
     ("pe_video", "PeVideoModel", {"input_ids": (2, 6), "attention_mask": (2, 6),
                                   "pixel_values_videos": (2, 2, 3, 32, 32)}),
+    # per-layer key/value head counts derived from 16 heads at the defaults, in the tiny model's 4 heads
+    ("sapiens2", "Sapiens2Model", {"pixel_values": (2, 3, 32, 32)}),
+    # no audio token: 8 feature frames per text position (stride 2, then 4 frames a token)
+    ("voxtral_realtime", "VoxtralRealtimeForConditionalGeneration",
+     {"input_ids": (2, 6), "attention_mask": (2, 6), "input_features": (2, 8, 48)}),
 ])
 def test_models_the_matrix_could_not_build_or_feed_before_run_eagerly(model_type, class_name, shapes):
     """Each of these was cannot-build, no-inputs or eager-fails (issue 22); ``_eager`` is the worker's own path
@@ -393,6 +398,25 @@ def test_audio_text_models_get_one_clip_and_as_many_audio_tokens_as_audio_featur
         with_audio = model(**inputs).logits[:, -1]
         silent = model(**{**inputs, "input_features": torch.zeros_like(inputs["input_features"])}).logits[:, -1]
     assert (with_audio - silent).abs().max() > 1e-3  # the clip reaches the text model's output
+
+
+def test_a_per_layer_list_of_head_counts_follows_the_tiny_head_counts():
+    config = tiny_config("sapiens2")
+    assert config.num_attention_heads == 4
+    assert config.num_key_value_heads_per_layer == [4, 4]  # full attention in both kept layers, was [16, 16]
+
+
+def test_a_streaming_audio_model_without_an_audio_token_gets_one_audio_embedding_per_text_position():
+    import torch
+
+    model = build_model("voxtral_realtime", "VoxtralRealtimeForConditionalGeneration")
+    inputs = sample_inputs(model, "voxtral_realtime")
+    with torch.no_grad():
+        embeds = model.get_audio_features(input_features=inputs["input_features"]).pooler_output
+        logits = model(**inputs).logits
+        shifted = model(**{**inputs, "input_features": inputs["input_features"].roll(8, dims=-1)}).logits
+    assert embeds.shape[:2] == inputs["input_ids"].shape  # not one embedding broadcast over the text
+    assert (logits[:, 0] - shifted[:, 0]).abs().max() > 1e-3  # each position reads its own frames
 
 
 def test_an_encoder_decoder_without_a_start_token_starts_from_pad_like_t5_so_eager_generate_runs():

@@ -15,7 +15,7 @@ from typing import Any
 import torch
 
 from ..errors import UnsupportedError
-from ..hf_model import LABEL_KEYS, OUTPUT_FLAGS, VALUE_INPUTS
+from ..hf_model import OUTPUT_FLAGS, VALUE_INPUTS, label_keys
 from ..pytrees import is_cache
 
 __all__ = [
@@ -102,7 +102,8 @@ def prepare_for_export(
     in it are copies, and ``output_flags`` (``use_cache``, ``return_dict``, ...) are meant for
     :func:`patch_model_config` around the trace.
 
-    - Strips label inputs (``labels``, ``future_values``, ...): loss computation is not exported.
+    - Strips label inputs (``labels``, ``future_values``, ...): loss computation is not exported. (An encoder-decoder
+      forecaster's ``future_values`` are its decoder's input: kept.)
     - Pops output flags so they do not become traced inputs.
     - Runs the input preparer registered for the model type, if any.
     - Turns the integer tensors of :data:`~hfexport.hf_model.VALUE_INPUTS` (``image_sizes``) into Python lists: the
@@ -118,8 +119,9 @@ def prepare_for_export(
     if not isinstance(inputs, Mapping):
         raise TypeError(f"sample inputs must be a mapping of forward kwargs, got {type(inputs).__name__}")
     new = dict(inputs)
+    labels = label_keys(getattr(model, "config", None))
     for key in list(new):
-        if key in LABEL_KEYS:
+        if key in labels:
             del new[key]
     flags = {key: new.pop(key) for key in OUTPUT_FLAGS if key in new}
     flags = {key: value for key, value in flags.items() if value is not None}  # None means "the config's default"

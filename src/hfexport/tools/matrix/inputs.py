@@ -33,7 +33,7 @@ import torch
 
 from .named_inputs import companions, main_alias, trajectory_or_patches
 from .media import GRID_KEYS, audio_layouts, feature_layouts, feature_masks, first_that_runs, grid_candidates, \
-    image_layouts, image_sides, patch_candidates, runs, variants, window_side
+    image_layouts, image_sides, patch_candidates, runs, variants, window_side, aligned_features
 from .series import series_inputs
 from .shrink import FROM_TINY_CASES
 
@@ -354,8 +354,11 @@ def _with_audio(model: Any, gen: torch.Generator, batch: int, text: dict[str, to
     config = model.config
     token = _token(config, "audio_token_id", "audio_token_index")
     params = inspect.signature(model.forward).parameters
-    if token is None or "input_features" not in params:
+    if "input_features" not in params:
         return {}
+    if token is None:  # no audio token: one embedding added to each position (Voxtral Realtime)
+        mel = _find(config, "num_mel_bins")
+        return aligned_features(model, text, mel, gen) if isinstance(mel, int) else {}
     for extra in _audio_kwargs(model, gen, batch, params):
         for count in _audio_counts(model, extra, batch):
             for block in _placeholder_blocks(config, token, count, _AUDIO_BRACKETS):

@@ -26,7 +26,7 @@ from typing import Any
 import torch
 
 __all__ = ["GRID_KEYS", "first_that_runs", "runs", "variants", "grid_candidates", "patch_candidates", "window_side",
-           "image_sides", "image_layouts", "audio_layouts", "feature_layouts", "feature_masks"]
+           "image_sides", "image_layouts", "audio_layouts", "feature_layouts", "feature_masks", "aligned_features"]
 
 GRID_KEYS = ("grid_thw", "image_grid_thw")
 
@@ -190,3 +190,28 @@ def feature_masks(parameters: list[str], mel: int | None = None,
             # (or a boolean padding mask, True at padded frames: none here; Gemma 3n's audio_mel_mask)
             yield {**candidate, **dict.fromkeys(names, ones == 0)}
     return masks
+
+
+def aligned_features(model: Any, text: dict[str, Any], mel: int, gen: torch.Generator) -> dict[str, Any]:
+    """``text`` with ``input_features`` of as many audio frames as the text has positions after the tower's
+    downsampling (a streaming model that adds one audio embedding to each text position and has no audio token:
+    Voxtral Realtime, 8 feature frames a token), each layout of :func:`feature_layouts`; ``{}`` where none runs.
+    A count is accepted only where ``get_audio_features`` gives one embedding per position (one broadcast embedding
+    runs too, and is not the model's input)."""
+    ids = text.get("input_ids")
+    features_of = getattr(model, "get_audio_features", None)
+    if not isinstance(ids, torch.Tensor) or features_of is None:
+        return {}
+    batch, seq = ids.shape
+    for stride in (1, 2, 4, 8, 16, 32):
+        for features in feature_layouts(torch.randn(batch, mel, seq * stride, generator=gen)):
+            try:
+                with torch.no_grad():
+                    out = features_of(input_features=features)
+                embeds = getattr(out, "pooler_output", out)
+            except Exception:  # noqa: BLE001 - not this layout or length
+                continue
+            if isinstance(embeds, torch.Tensor) and embeds.dim() == 3 and embeds.shape[:2] == (batch, seq) \
+                    and runs(model, candidate := {**text, "input_features": features}):
+                return candidate
+    return {}

@@ -230,7 +230,7 @@ def _shrunk(values: dict[str, Any], layers_before: int | None, fit: bool = False
         elif fit and key == "per_layer_config" and isinstance(value, dict):  # entries of layers no longer there
             out[key] = {k: v for k, v in value.items() if str(k).isdigit() and int(k) < layers}
         elif isinstance(value, list) and layers_before and len(value) == layers_before and layers_before > layers:
-            out[key] = value[:layers]
+            out[key] = _per_layer_heads(key, value[:layers], values) or value[:layers]
         elif (rule := _rule(key, value, fit)) is not None and (new := rule(value)) != value:
             if not (fit and rule.op == "set" and isinstance(value, int) and 0 < value < new):
                 out[key] = new  # (second try: a set never grows a default, ZAYA routes to 1 expert only)
@@ -272,6 +272,16 @@ def _shrunk(values: dict[str, Any], layers_before: int | None, fit: bool = False
     vocab = min(values.get("vocab_size") or VOCAB, VOCAB) if isinstance(values.get("vocab_size"), int) else VOCAB
     out.update(_token_ids(values, vocab))
     return out
+
+
+def _per_layer_heads(key: str, kept: list[Any], values: dict[str, Any]) -> list[int] | None:
+    """A per-layer list of head counts (its name says heads) in the tiny model's heads: a layer with as many as
+    the config's ``num_attention_heads`` gets :data:`HEADS`, a grouped one :data:`KV_HEADS` (Sapiens 2 derives
+    ``num_key_value_heads_per_layer`` from its 16 heads at the defaults: cut to 2 layers it still said 16 for 4)."""
+    heads = values.get("num_attention_heads")
+    if "heads" not in key or not isinstance(heads, int) or not all(type(v) is int for v in kept):
+        return None
+    return [HEADS if v >= heads else KV_HEADS for v in kept]
 
 
 def _side(config: Any) -> int | None:
