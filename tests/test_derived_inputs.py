@@ -150,3 +150,66 @@ def test_an_image_features_part_keys_its_derived_inputs_as_its_get_image_feature
         got = exported(**inputs)
         got = got[0] if isinstance(got, tuple) else got
     assert (got - eager).abs().max() <= 1e-4
+
+
+def test_a_helper_a_family_defines_itself_is_named_by_its_family_and_must_pop_its_keys():
+    from transformers.models.muse_spark import modeling_muse_spark
+
+    recipe = DerivedInput("muse_spark.get_vision_pixel_shuffle_index", "grid_thw", {"merge_size": 2},
+                          ("pixel_shuffle_index",))
+    grid = torch.tensor([[1, 4, 2], [1, 2, 2]])
+    expected = modeling_muse_spark.get_vision_pixel_shuffle_index(grid, 2)
+    assert torch.equal(recipe.compute({"grid_thw": grid})["pixel_shuffle_index"], expected)
+    for helper in ("muse_spark.get_vision_missing", "os.get_vision_pixel_shuffle_index",
+                   "muse_spark.get_placeholder_mask", "../muse_spark.get_vision_pixel_shuffle_index",
+                   "muse_spark.get_vision_pixel_shuffle_index.__globals__"):
+        with pytest.raises(ValueError, match="not one of"):
+            DerivedInput(helper, "grid_thw", {}, ("pixel_shuffle_index",))
+    with pytest.raises(ValueError, match="not what"):  # the keys are the ones its source pops
+        DerivedInput("muse_spark.get_vision_pixel_shuffle_index", "grid_thw", {}, ("cu_seqlens",))
+
+
+def _muse_patches(width: int, grid: list[list[int]], seed: int) -> dict[str, torch.Tensor]:
+    n = sum(t * h * w for t, h, w in grid)
+    return {"pixel_values": torch.randn(n, width, generator=torch.Generator().manual_seed(seed)),
+            "grid_thw": torch.tensor(grid)}
+
+
+def test_a_tower_with_a_family_helper_exports_and_runs_on_other_grids_than_its_sample(tmp_path):
+    tower = build_model("muse_spark_vision", "MuseSparkVisionModel").eval()
+    width = tower.patch_embedder.patch_embedding.in_features  # (3 channels x 2 frames x 8 x 8 pixels)
+    exported = DynamoExporter().export(tower, _muse_patches(width, [[1, 4, 4], [1, 4, 4]], 0),
+                                       config=DynamoConfig(dynamic=True))
+    helpers = {d.helper for d in exported.components["model"].metadata.derived_inputs}
+    assert "muse_spark.get_vision_pixel_shuffle_index" in helpers
+    exported.save_pretrained(tmp_path / "tower")
+    loaded = ExportedModel.from_pretrained(tmp_path / "tower")
+    for grid in ([[1, 4, 8], [1, 2, 2]], [[1, 6, 4]]):  # another image count and sizes: another shuffle order
+        other = _muse_patches(width, grid, 1)
+        with torch.no_grad():
+            expected = tower(**other).last_hidden_state
+        for model in (exported, loaded):
+            got = model(**other).last_hidden_state
+            assert got.shape == expected.shape
+            assert (got - expected).abs().max() <= 1e-4
+
+
+def test_a_model_whose_get_image_features_lacks_the_prefix_stripping_decorator_gets_it_while_tracing(
+        without_workaround):
+    from transformers.models.muse_glimmer.modeling_muse_glimmer import MuseGlimmerModel
+
+    from hfexport.errors import ExportError
+    from hfexport.tools.matrix.inputs import sample_inputs
+    from hfexport.workarounds.models.precomputed_kwargs import _decorated
+
+    model = build_model("muse_glimmer", "MuseGlimmerForConditionalGeneration").eval()
+    inputs = sample_inputs(model, "muse_glimmer")
+    exported = DynamoExporter().export(model, inputs, DynamoConfig(dynamic=True))
+    assert "precomputed-kwargs-prefix" in exported.components["model"].metadata.workarounds
+    with torch.no_grad():
+        expected = model(**inputs).logits
+    assert (exported(**inputs).logits - expected).abs().max() <= 1e-4
+    assert not _decorated(MuseGlimmerModel.get_image_features)  # put back
+    without_workaround("precomputed-kwargs-prefix")  # the premise: the tower meets image_* keys, not its own
+    with pytest.raises(ExportError, match=r"(?s)GuardOnDataDependentSymNode.*vision_utils\.py:162"):
+        DynamoExporter().export(model, inputs, DynamoConfig(dynamic=True))

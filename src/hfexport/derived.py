@@ -15,8 +15,13 @@ model class's own weight-free method (:data:`MODEL_HELPERS`) is named with its c
 and the export's config (:class:`ConfigOnly`), and the result fed as ``position_ids``, which the forward takes as
 given.
 
-Loading runs nothing from the export folder: a recorded helper must be one of :data:`VISION_HELPERS` or
-:data:`MODEL_HELPERS` (a class of transformers that defines it), its settings plain JSON scalars.
+Some families define such a helper in their own modeling module, with the same contract (Muse Spark's and Muse
+Glimmer's ``get_vision_pixel_shuffle_index``, Kimi K2.5's ``get_vision_frame_index``): a family helper, named
+``"<family>.get_vision_<name>"``, whose keys are the ones it pops from its ``kwargs`` (:func:`family_helper`).
+
+Loading runs nothing from the export folder: a recorded helper must be one of :data:`VISION_HELPERS`,
+:data:`MODEL_HELPERS` (a class of transformers that defines it) or a family helper (a ``get_vision_*`` function of
+``transformers.models.<family>.modeling_<family>`` that pops its keys), its settings plain JSON scalars.
 
 Example:
     >>> recipe = DerivedInput("get_vision_cu_seqlens", "grid_thw", {"merge_temporal": False}, ("cu_seqlens",))
@@ -27,7 +32,9 @@ Example:
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import inspect
+import re
 import types
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -36,7 +43,8 @@ import torch
 
 from .errors import UnsupportedError
 
-__all__ = ["VISION_HELPERS", "MODEL_HELPERS", "PREFIXES", "ConfigOnly", "DerivedInput", "derive"]
+__all__ = ["VISION_HELPERS", "MODEL_HELPERS", "PREFIXES", "ConfigOnly", "DerivedInput", "derive", "family_helper",
+           "helper_returns"]
 
 #: ``transformers.vision_utils`` helper -> the kwargs keys of what it returns (in order; ``None``: a value that is
 #: not an input, the flash-attention ``max_seqlen``)
@@ -61,6 +69,36 @@ MODEL_HELPERS: dict[str, tuple[str, ...]] = {
 PREFIXES = ("", "image_", "video_")
 
 _SCALARS = (bool, int, float, str, type(None))
+_POPPED = re.compile(r"""kwargs\.pop\(["'](\w+)["']""")
+
+
+def family_helper(name: str) -> tuple[Any, tuple[str, ...]] | None:
+    """``(function, keys)`` of the family helper ``"<family>.get_vision_<name>"``: a function of that name defined in
+    ``transformers.models.<family>.modeling_<family>`` that takes ``kwargs`` and pops its precomputed ``keys`` from
+    them (read from its source); ``None`` where ``name`` is not one."""
+    family, _, function = name.partition(".")
+    if not (family.isidentifier() and function.isidentifier() and function.startswith("get_vision_")):
+        return None
+    module_name = f"transformers.models.{family}.modeling_{family}"
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError:
+        return None
+    fn = vars(module).get(function)
+    fn = inspect.unwrap(fn) if callable(fn) else fn  # (while an export records its calls, a wrapper stands there)
+    if not inspect.isfunction(fn) or fn.__module__ != module_name or "kwargs" not in inspect.signature(fn).parameters:
+        return None
+    keys = tuple(dict.fromkeys(_POPPED.findall(inspect.getsource(fn))))
+    return (fn, keys) if keys else None
+
+
+def helper_returns(name: str) -> tuple[str | None, ...] | None:
+    """The kwargs keys of what the helper ``name`` returns (of :data:`VISION_HELPERS`, :data:`MODEL_HELPERS` or a
+    family helper), ``None`` where it is none of them."""
+    if name in VISION_HELPERS or name in MODEL_HELPERS:
+        return VISION_HELPERS.get(name) or MODEL_HELPERS[name]
+    found = family_helper(name) if "." in name else None
+    return found[1] if found else None
 
 
 def _plain(value: Any) -> bool:
@@ -84,9 +122,10 @@ class DerivedInput:
 
     def __post_init__(self) -> None:
         problems = []
-        returns = VISION_HELPERS.get(self.helper) or MODEL_HELPERS.get(self.helper)
+        returns = helper_returns(self.helper) if isinstance(self.helper, str) else None
         if returns is None:
-            problems.append(f"helper {self.helper!r} is not one of {sorted({*VISION_HELPERS, *MODEL_HELPERS})}")
+            problems.append(f"helper {self.helper!r} is not one of {sorted({*VISION_HELPERS, *MODEL_HELPERS})} "
+                            "nor a family's get_vision_* helper")
         elif not set(self.keys) <= {k for k in returns if k}:
             problems.append(f"keys {list(self.keys)} are not what {self.helper} returns")
         elif self.helper in MODEL_HELPERS and (set(self.args) != {"owner"} or not str(self.args["owner"]).isidentifier()):
@@ -125,10 +164,12 @@ class DerivedInput:
             return self._compute_with_model_class(kwargs, config)
         from transformers import vision_utils
 
-        helper = getattr(vision_utils, self.helper)
+        family = family_helper(self.helper) if "." in self.helper else None
+        helper = family[0] if family else getattr(vision_utils, self.helper)
         settings = {"config": None} if "config" in inspect.signature(helper).parameters else {}  # (flash's max only)
         out = helper(kwargs[self.source], **settings, **self.args)
-        values = dict(zip(VISION_HELPERS[self.helper], out if isinstance(out, tuple) else (out,), strict=False))
+        returns = helper_returns(self.helper) or ()
+        values = dict(zip(returns, out if isinstance(out, tuple) else (out,), strict=False))
         return {self.prefix + key: values[key] for key in self.keys}
 
     def _compute_with_model_class(self, kwargs: Mapping[str, Any], config: Any) -> dict[str, torch.Tensor]:

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import inspect
 import sys
 from collections.abc import Callable, Iterator
@@ -30,7 +31,7 @@ from typing import Any
 
 import torch
 
-from ..derived import MODEL_HELPERS, PREFIXES, VISION_HELPERS, DerivedInput
+from ..derived import MODEL_HELPERS, PREFIXES, VISION_HELPERS, DerivedInput, family_helper, helper_returns
 from ..pytrees import is_cache
 from .multimodal import attribute_snapshot, restore_attributes
 
@@ -41,16 +42,30 @@ _UNRECORDED = ("kwargs", "config")  # the helper's own kwargs (where it pops fro
 
 
 def _helper_modules(model: torch.nn.Module) -> dict[Any, list[str]]:
-    """The modeling modules of ``model``'s submodules that imported ``get_vision_*`` helpers, with their names."""
+    """The modeling modules of ``model``'s submodules that imported ``get_vision_*`` helpers or define their own
+    (a family helper), with their attribute names."""
     from transformers import vision_utils
 
     found: dict[Any, list[str]] = {}
     for name in {type(m).__module__ for m in model.modules()}:
         module = sys.modules.get(name)
+        if module is None:
+            continue
         names = [h for h in VISION_HELPERS if getattr(module, h, None) is getattr(vision_utils, h, object())]
+        names += [h for h in vars(module) if h.startswith("get_vision_") and h not in VISION_HELPERS
+                  and family_helper(_helper_id(module, h))]
         if names:
             found[module] = names
     return found
+
+
+def _helper_id(module: Any, attribute: str) -> str:
+    """What a recipe names the helper ``module.attribute`` by: its own name for ``vision_utils``' helpers,
+    ``"<family>.<name>"`` for one a family's modeling module defines (``transformers.models.<family>.modeling_*``)."""
+    if attribute in VISION_HELPERS:
+        return attribute
+    parts = getattr(module, "__name__", "").split(".")
+    return f"{parts[2]}.{attribute}" if len(parts) == 4 and parts[:2] == ["transformers", "models"] else attribute
 
 
 def _prefix(name: str) -> str:
@@ -72,13 +87,14 @@ def _sources(model: torch.nn.Module, inputs: dict[str, Any]) -> dict[int, str]:
 def _recording(helper: str, fn: Callable, sources: dict[int, str], calls: list) -> Callable:
     signature = inspect.signature(fn)
 
+    @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         out = fn(*args, **kwargs)
         bound = signature.bind(*args, **kwargs)
         bound.apply_defaults()
         first, *rest = bound.arguments.items()
         settings = {k: v for k, v in rest if k not in _UNRECORDED}
-        values = dict(zip(VISION_HELPERS[helper], out if isinstance(out, tuple) else (out,), strict=False))
+        values = dict(zip(helper_returns(helper) or (), out if isinstance(out, tuple) else (out,), strict=False))
         tensors = {k: v for k, v in values.items() if k and isinstance(v, torch.Tensor)}
         source = sources.get(id(first[1]))
         try:
@@ -132,7 +148,7 @@ def _patched(modules: dict[Any, list[str]], wrap: Callable[[str, Callable], Call
     saved = [(module, name, getattr(module, name)) for module, names in modules.items() for name in names]
     try:
         for module, name, fn in saved:
-            setattr(module, name, wrap(name, fn))
+            setattr(module, name, wrap(_helper_id(module, name), fn))
         for owner, helper, replacement in owners:  # (an instance attribute over the class's method, deleted on exit)
             setattr(owner, helper, replacement)
         yield
