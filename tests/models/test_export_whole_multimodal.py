@@ -93,6 +93,7 @@ def test_onnx_and_openvino_take_other_image_sizes(model, config, tmp_path):
         _check(m, model, _prompt(model, [[(4, 8)], [(8, 4)]]))
 
 
+@pytest.mark.sweep  # (28 s; the matrix's qwen2_5_vl ExecuTorch export row checks the same fold at its sample)
 def test_executorch_folds_the_per_image_split(model):
     pytest.importorskip("executorch", reason="the ExecuTorch extra is not installed (hfexport[executorch])")
     from hfexport import ExecutorchConfig
