@@ -1,6 +1,6 @@
-"""The two ways an OpenVINO workaround changes ``openvino.convert_model``: a rewrite of the ``ExportedProgram``
-before the PyTorch frontend reads it, or of the ``openvino.Model`` it returns (not a workaround itself; see the
-``openvino_*`` modules that use them)."""
+"""The ways an OpenVINO workaround changes ``openvino.convert_model``: a rewrite of the ``ExportedProgram`` before
+the PyTorch frontend reads it, of the program its own ``run_decompositions`` returns while it converts, or of the
+``openvino.Model`` it returns (not a workaround itself; see the ``openvino_*`` modules that use them)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Any
 
 from .registry import Undo, patch_attribute
 
-__all__ = ["rewrite_program_before_convert", "rewrite_model_after_convert"]
+__all__ = ["rewrite_program_before_convert", "rewrite_model_after_convert", "rewrite_decomposed_programs"]
 
 
 def rewrite_program_before_convert(rewrite: Callable[[Any], Any]) -> Undo:
@@ -41,5 +41,33 @@ def rewrite_model_after_convert(rewrite: Callable[[Any], Any]) -> Undo:
         converted = original(*args, **kwargs)
         rewrite(converted)
         return converted
+
+    return patch_attribute(openvino, "convert_model", convert_model)
+
+
+def rewrite_decomposed_programs(rewrite: Callable[[Any], Any]) -> Undo:
+    """Wrap ``openvino.convert_model`` so that, while it runs, each ``ExportedProgram.run_decompositions`` result
+    (the frontend's own decomposition, which writes size nodes again from the shape expressions: the runtime
+    asserts' ``u ** 2``, a view's ``-((-n) // k)``) goes through ``rewrite`` in place; the returned undo restores the
+    original."""
+    import openvino
+    import torch
+
+    original_convert = openvino.convert_model
+
+    def convert_model(*args: Any, **kwargs: Any) -> Any:
+        program_class = torch.export.ExportedProgram
+        original_run = program_class.run_decompositions
+
+        def run_decompositions(self: Any, *a: Any, **k: Any) -> Any:
+            decomposed = original_run(self, *a, **k)
+            rewrite(decomposed)
+            return decomposed
+
+        undo = patch_attribute(program_class, "run_decompositions", run_decompositions)
+        try:
+            return original_convert(*args, **kwargs)
+        finally:
+            undo()
 
     return patch_attribute(openvino, "convert_model", convert_model)

@@ -20,7 +20,8 @@ import operator
 from functools import partial
 from typing import Any
 
-from .registry import Undo, patch_attribute, workaround
+from .openvino_convert import rewrite_decomposed_programs
+from .registry import workaround
 
 __all__ = ["ceil_divisions_as_positive"]
 
@@ -55,32 +56,6 @@ def _positive_numerator(graph: Any, node: Any) -> bool:
     return True
 
 
-def _after_decompositions() -> Undo:
-    """Wrap ``openvino.convert_model`` so that, while it runs, each ``ExportedProgram.run_decompositions`` result
-    (the frontend's own) goes through :func:`ceil_divisions_as_positive`."""
-    import openvino
-    import torch
-
-    original_convert = openvino.convert_model
-
-    def convert_model(*args: Any, **kwargs: Any) -> Any:
-        program_class = torch.export.ExportedProgram
-        original_run = program_class.run_decompositions
-
-        def run_decompositions(self: Any, *a: Any, **k: Any) -> Any:
-            decomposed = original_run(self, *a, **k)
-            ceil_divisions_as_positive(decomposed)
-            return decomposed
-
-        undo = patch_attribute(program_class, "run_decompositions", run_decompositions)
-        try:
-            return original_convert(*args, **kwargs)
-        finally:
-            undo()
-
-    return patch_attribute(openvino, "convert_model", convert_model)
-
-
 @workaround(
     id="openvino-negative-floordiv",
     backend="openvino",
@@ -92,4 +67,4 @@ def _after_decompositions() -> Undo:
     versions={"openvino": ">=2024.0,<2027"},
 )
 def _apply(model: Any, inputs: dict):
-    return _after_decompositions()
+    return rewrite_decomposed_programs(ceil_divisions_as_positive)

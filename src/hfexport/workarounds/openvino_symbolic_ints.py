@@ -1,6 +1,7 @@
 """OpenVINO: the size arithmetic the PyTorch frontend has no rule for, rewritten with the arithmetic it has.
 
-The frontend converts ``operator.add``/``sub``/``mul``/``floordiv`` of symbolic sizes, but not ``operator.mod``
+The frontend converts ``operator.add``/``sub``/``mul``/``floordiv`` of symbolic sizes, but not ``operator.pow`` (a
+size squared: Video-LLaMA 3's vision tower, MiniMax-M3-VL), which becomes a product, nor ``operator.mod``
 (Mamba-2's chunked scan, ``pad = (chunk - seq_len % chunk) % chunk``: Bamba, Mamba-2, Falcon-H1, Nemotron-H,
 Zamba-2, GraniteMoE-Hybrid prefill graphs) nor ``torch.sym_min`` / ``torch.sym_max`` (GLM5-Next, MPT, the
 DeepSeek-V3.2-like indexers): "No conversion rule found for operations: <built-in function mod>". Before conversion a
@@ -21,9 +22,9 @@ import operator
 from functools import partial
 from typing import Any
 
-from ..capture.graph_passes import sym_mod_as_floordiv
-from .openvino_convert import rewrite_program_before_convert
-from .registry import workaround
+from ..capture.graph_passes import rewrite_nodes, sym_mod_as_floordiv
+from .openvino_convert import rewrite_decomposed_programs, rewrite_program_before_convert
+from .registry import undo_all, workaround
 
 __all__ = ["sym_mod_as_floordiv"]  # (from capture.graph_passes, shared with ExecuTorch's workaround)
 
@@ -59,21 +60,47 @@ def _min_max_as_arithmetic(graph: Any, node: Any) -> bool:
     return True
 
 
+def _pow_as_products(graph: Any, node: Any) -> bool:
+    """``a ** k`` of a size and a small constant exponent (Video-LLaMA 3's tower: the merge size squared) as
+    ``a * a * ...``: the frontend has no rule for ``operator.pow``."""
+    import torch
+
+    from ..capture.graph_passes import call_with_value, traced
+
+    if node.target is not operator.pow or len(node.args) != 2:
+        return False
+    base, exponent = node.args
+    value = traced(base)
+    if not isinstance(value, (int, torch.SymInt)) or type(exponent) is not int or not 1 <= exponent <= 8:
+        return False
+    result, product = base, value
+    with graph.inserting_before(node):
+        for _ in range(exponent - 1):
+            product = product * value
+            result = call_with_value(graph, operator.mul, (result, base), product)
+    node.replace_all_uses_with(result)
+    graph.erase_node(node)
+    return True
+
+
 def _rewrite(program: Any) -> int:
     from ..capture.graph_passes import resolve_sym_min_max, rewrite_nodes
 
     return (sym_mod_as_floordiv(program) + resolve_sym_min_max(program)
-            + rewrite_nodes(program, _min_max_as_arithmetic))
+            + rewrite_nodes(program, _min_max_as_arithmetic) + rewrite_nodes(program, _pow_as_products))
 
 
 @workaround(
     id="openvino-symbolic-ints",
     backend="openvino",
-    target="openvino.convert_model (operator.mod, torch.sym_min, torch.sym_max of sizes in an ExportedProgram)",
+    target="openvino.convert_model (operator.mod, operator.pow, torch.sym_min, torch.sym_max of sizes in an "
+    "ExportedProgram)",
     breaks="a graph with size arithmetic the PyTorch frontend has no rule for does not convert: 'No conversion rule "
     "found for operations: <built-in function mod>' (Mamba-2 chunked scans), torch.sym_min (GLM5-Next)",
     upstream=None,
     versions={"openvino": ">=2024.0,<2027"},
 )
 def _apply(model: Any, inputs: dict):
-    return rewrite_program_before_convert(_rewrite)
+    # (a pow also comes back from the frontend's own decomposition: the runtime asserts' size expressions)
+    return undo_all([rewrite_program_before_convert(_rewrite),
+                     rewrite_decomposed_programs(lambda program: rewrite_nodes(program, _pow_as_products))])
