@@ -42,9 +42,10 @@ def model_dir(tokenizer, tmp_path_factory):
     return folder, expected
 
 
-# ExecuTorch (~50 s of lowering) and AOTI (two compiles, ~60 s) run in the sweep: their exports and generation are in
-# the default suite through their own tests (test_generate_executorch, test_aoti_backend); this one adds the command line
-_SWEEP = {"executorch", "aoti"}
+# ExecuTorch (~50 s of lowering), AOTI (two compiles, ~60 s) and OpenVINO (24 s) run in the sweep: their exports and
+# generation are in the default suite through their own tests (test_generate_executorch, test_aoti_backend,
+# test_generate_openvino); this one adds the command line, which Dynamo and ONNX cover in the default suite
+_SWEEP = {"executorch", "aoti", "openvino"}
 
 
 @pytest.mark.parametrize("backend", [pytest.param(b, marks=[pytest.mark.sweep] if b in _SWEEP else [])

@@ -255,3 +255,20 @@ def test_an_attention_mask_that_broadcasts_over_the_queries_runs_in_onnx_runtime
     without_workaround("onnx-attention-mask-rows")
     with pytest.raises(Exception, match="q_sequence_length"):  # the premise: ONNX Runtime refuses the mask as it is
         _export(_PaddingMaskAttention(), inputs)[0](**inputs)
+
+
+def test_an_element_count_read_as_a_size_converts(monkeypatch):
+    """Muse Spark's vision tower, as the matrix runs it (eager first, then the export, compared): a tensor's
+    ``numel()`` read as a size reaches the conversion as ``aten.sym_numel``, which torchlib has no function for."""
+    from hfexport.backends.onnx import convert
+    from hfexport.tools.matrix.worker import run_case
+
+    case = ("muse_spark_vision", "MuseSparkVisionModel", "feature-extraction", "onnx", "export")
+    table = convert.translation_table
+    with monkeypatch.context() as patched:  # the premise
+        patched.setattr(convert, "translation_table", lambda opset: {
+            k: v for k, v in table(opset).items() if k is not torch.ops.aten.sym_numel.default})
+        row = run_case(*case)
+        assert row["status"] == "fail" and "sym_numel" in row["reason"], row
+    row = run_case(*case)
+    assert row["status"] == "pass" and row["max_abs_diff"] <= 1e-4, row

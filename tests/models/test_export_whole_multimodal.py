@@ -80,7 +80,12 @@ def test_the_callers_own_position_ids_win(model):
     _check(exported, model, plain)
 
 
-@pytest.mark.parametrize("config", [OnnxConfig(dynamic=True), OpenVINOConfig(dynamic=True)], ids=["onnx", "openvino"])
+@pytest.mark.parametrize("config", [
+    OnnxConfig(dynamic=True),
+    # (20 s; the default suite keeps a vision tower on OpenVINO against eager, test_openvino_multimodal, and the
+    # matrix runs the whole VLMs on it)
+    pytest.param(OpenVINOConfig(dynamic=True), marks=pytest.mark.sweep),
+], ids=["onnx", "openvino"])
 def test_onnx_and_openvino_take_other_image_sizes(model, config, tmp_path):
     pytest.importorskip("onnxruntime" if isinstance(config, OnnxConfig) else "openvino",
                         reason="the backend's extra is not installed (hfexport[onnx] / hfexport[openvino])")

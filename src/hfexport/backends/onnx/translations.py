@@ -5,6 +5,8 @@
   row count per expert; the number of experts is static, so it unrolls into one ``MatMul`` per expert over its
   ``Slice`` of rows, then a ``Concat``. The weights are split once (folded by ONNX Runtime at load), and no
   ``[rows, in, out]`` gather of expert weights is materialised.
+- ``aten::sym_numel`` (a tensor's ``numel()`` read as a size, Muse Spark's vision tower after an eager run of the
+  model): ONNX's ``Size``.
 """
 
 from __future__ import annotations
@@ -98,12 +100,20 @@ def _grouped_mm(mat_a: Any, mat_b: Any, offs: Any, bias: Any = None, out_dtype: 
     return op.Concat(*outputs, axis=0) if experts > 1 else outputs[0]
 
 
+def _sym_numel(self: Any) -> Any:
+    """``aten.sym_numel``: the element count as torchlib gives a size (an int64 scalar), ONNX's ``Size``."""
+    from onnxscript.onnx_opset import opset18 as op
+
+    return op.Size(self)
+
+
 def translation_table(opset: int) -> dict[Any, Any]:
     """``{torch op: onnxscript translation}`` for the ops loaded in this process, at ``opset``."""
     table: dict[Any, Any] = {op: fn for op, (fn, min_opset) in _OVERRIDES.items() if opset >= min_opset}
     grouped = getattr(torch.ops.aten, "_grouped_mm", None)
     if grouped is not None and hasattr(grouped, "default"):
         table.setdefault(grouped.default, _grouped_mm)
+    table.setdefault(torch.ops.aten.sym_numel.default, _sym_numel)
     namespace = getattr(torch.ops, "transformers", None)
     fallback = getattr(namespace, "grouped_mm_fallback", None) if namespace is not None else None
     if fallback is not None:
