@@ -17,6 +17,8 @@ import inspect
 from collections.abc import Callable
 from typing import Any
 
+import torch
+
 from ..registry import patch_attribute, undo_all, workaround
 
 _MODALITIES = ("image", "video")
@@ -49,6 +51,8 @@ def _undecorated(model: Any) -> list[tuple[type, str]]:
 def _applies(model: Any, inputs: dict) -> bool:
     """Whether ``inputs`` hold a key with the modality prefix of an undecorated method that the method does not name
     (a derived input, not its grid; read off the method, since the model's forward may be wrapped for the trace)."""
+    if not isinstance(model, torch.nn.Module):
+        return False
     for cls, name in _undecorated(model):
         prefix, params = f"{name.split('_')[1]}_", inspect.signature(vars(cls)[name]).parameters
         if any(k.startswith(prefix) and k not in params for k in inputs):
