@@ -80,15 +80,16 @@ def family_helper(name: str) -> tuple[Any, tuple[str, ...]] | None:
     if not (family.isidentifier() and function.isidentifier() and function.startswith("get_vision_")):
         return None
     module_name = f"transformers.models.{family}.modeling_{family}"
-    try:
+    try:  # (a name read from an export's metadata: any failure to find it is "not a family helper")
         module = importlib.import_module(module_name)
-    except ImportError:
+        fn = vars(module).get(function)
+        fn = inspect.unwrap(fn) if callable(fn) else fn  # (while an export records its calls, a wrapper stands there)
+        if not inspect.isfunction(fn) or fn.__module__ != module_name \
+                or "kwargs" not in inspect.signature(fn).parameters:
+            return None
+        keys = tuple(dict.fromkeys(_POPPED.findall(inspect.getsource(fn))))
+    except Exception:  # noqa: BLE001 - a module that does not import here, a function without its source
         return None
-    fn = vars(module).get(function)
-    fn = inspect.unwrap(fn) if callable(fn) else fn  # (while an export records its calls, a wrapper stands there)
-    if not inspect.isfunction(fn) or fn.__module__ != module_name or "kwargs" not in inspect.signature(fn).parameters:
-        return None
-    keys = tuple(dict.fromkeys(_POPPED.findall(inspect.getsource(fn))))
     return (fn, keys) if keys else None
 
 
