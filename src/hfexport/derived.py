@@ -32,6 +32,7 @@ Example:
 from __future__ import annotations
 
 import dataclasses
+import functools
 import importlib
 import inspect
 import re
@@ -72,10 +73,12 @@ _SCALARS = (bool, int, float, str, type(None))
 _POPPED = re.compile(r"""kwargs\.pop\(["'](\w+)["']""")
 
 
+@functools.lru_cache(maxsize=None)
 def family_helper(name: str) -> tuple[Any, tuple[str, ...]] | None:
     """``(function, keys)`` of the family helper ``"<family>.get_vision_<name>"``: a function of that name defined in
     ``transformers.models.<family>.modeling_<family>`` that takes ``kwargs`` and pops its precomputed ``keys`` from
-    them (read from its source); ``None`` where ``name`` is not one."""
+    them (read from its source); ``None`` where ``name`` is not one. Found once per name: the runner derives the
+    inputs before every call, and reading the source each time would be file I/O on that path."""
     family, _, function = name.partition(".")
     if not (family.isidentifier() and function.isidentifier() and function.startswith("get_vision_")):
         return None
