@@ -5,7 +5,8 @@ What runs:
 - Eager PyTorch ``model.generate`` (dynamic cache): the reference tokens and the reference prefill time.
 - Per backend, its recommended generation recipe, sized for the long prompt: ``export_for_generation`` with a
   static cache of ``--cache-len`` (640 = 512 + 128; OpenVINO: the model's growing cache, stateful) and a multi-token
-  decode graph that also runs the prompt (ONNX with ``ort_fusions="cpu"``), saved and loaded back; ``generate`` of ``--new-tokens`` after the 512-token prompt.
+  decode graph that also runs the prompt (ONNX with ``ort_fusions="cpu"``) and takes ``logits_to_keep`` (the prompt
+  projects its last position only, as eager's; ``--no-logits-to-keep-input``: every position), saved and loaded back; ``generate`` of ``--new-tokens`` after the 512-token prompt.
   Prefill = from the ``generate`` call to the first new token (the same ``TimingStreamer`` for eager and exports);
   best of ``--repeats``; the greedy tokens must equal eager's.
 - Forward parity: a plain ``export`` (no cache) of the same model, run on the 512-token prompt; the max abs diff of
@@ -84,7 +85,8 @@ def bench_backend(backend: str, model: Any, tokenizer: Any, prompt: dict, args: 
     sample = dict(tokenizer(["Hello, world!"], return_tensors="pt"))
     start = time.perf_counter()
     exported = AutoHfExporter.from_config(config).export_for_generation(
-        model, sample, config, generation_config=gen, multi_token_decode=True)
+        model, sample, config, generation_config=gen, multi_token_decode=True,
+        logits_to_keep_input=args.logits_to_keep_input)
     row["generate_export_s"] = time.perf_counter() - start
     exported.save_pretrained(workdir / f"{backend}-generate")
     del exported
@@ -117,7 +119,7 @@ def run(args: argparse.Namespace) -> dict:
         eager_tokens, eager_prefill = _best(model.generate, prompt, args.new_tokens, args.repeats)
     report: dict[str, Any] = {
         "prompt_tokens": args.prompt_len, "new_tokens": args.new_tokens, "cache_len": args.cache_len,
-        "repeats": args.repeats, "load_start": os.getloadavg(),
+        "repeats": args.repeats, "load_start": os.getloadavg(), "logits_to_keep_input": args.logits_to_keep_input,
         "eager": {"prefill_s": eager_prefill, "tokens": eager_tokens}, "backends": {},
     }
     with tempfile.TemporaryDirectory(prefix="hfexport-prefill-") as tmp:
@@ -145,11 +147,14 @@ def render_row(row: dict, eager_prefill: float) -> str:
 def render(report: dict) -> str:
     eager = report["eager"]["prefill_s"]
     load = lambda values: "/".join(f"{v:.1f}" for v in values)  # noqa: E731
+    positions = "taking `logits_to_keep`: the prompt projects its last position only" \
+        if report.get("logits_to_keep_input") else "projecting every prompt position through the LM head"
     lines = [
         f"## Prefill latency, {report['prompt_tokens']}-token prompt (SmolLM2-135M, fp32, batch 1, CPU)",
         "",
         f"`python benchmarks/bench_prefill.py`. Each backend's generation recipe with a static cache of "
-        f"{report['cache_len']} (OpenVINO: its stateful growing cache) and one multi-token graph; prefill = `generate()` call to the first new token, best "
+        f"{report['cache_len']} (OpenVINO: its stateful growing cache) and one multi-token graph "
+        f"({positions}); prefill = `generate()` call to the first new token, best "
         f"of {report['repeats']}; tokens = the first {report['new_tokens']} greedy tokens against eager's. Forward "
         f"parity: a plain export's logits on the same prompt against eager's. Load average at start/end: "
         f"{load(report['load_start'])} / {load(report['load_end'])}.",
@@ -177,6 +182,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--new-tokens", type=int, default=8)
     parser.add_argument("--cache-len", type=int, default=640)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--logits-to-keep-input", action=argparse.BooleanOptionalAction, default=True,
+                        help="the decode graph takes logits_to_keep, so the prompt projects its last position "
+                             "only (default; --no-logits-to-keep-input: every position, as before)")
     parser.add_argument("--quick", action="store_true", help="64-token prompt, 4 new tokens, dynamo, writes nothing")
     parser.add_argument("--results", type=Path, default=HERE / "RESULTS_PREFILL.md")
     args, _ = parser.parse_known_args(argv)  # make bench passes every benchmark's options to each

@@ -138,10 +138,15 @@ class HfExporter(abc.ABC):
         config: ExportConfigMixin | dict[str, ExportConfigMixin],
         generation_config: Any = None,
         multi_token_decode: bool = False,
+        logits_to_keep_input: bool = False,
     ) -> ExportedModel:
         """Decompose a generative model into its generation stages and export each one.
 
-        See :func:`hfexport.utils.decompose_for_generation` for the component names.
+        See :func:`hfexport.utils.decompose_for_generation` for the component names. ``logits_to_keep_input``: a
+        multi-token decode graph also takes ``logits_to_keep``, the query positions whose logits it returns
+        (transformers' 1-D index form; every position when a call to its runner names none), so that ``generate()``
+        projects a prompt's last position only through the LM head, as eager does with ``logits_to_keep=1``. A loop
+        that drives the graph on its runtime directly feeds it that input too.
         """
         from .capture.split import decompose_for_generation, last_logits_only
 
@@ -151,15 +156,13 @@ class HfExporter(abc.ABC):
         generation_config = _merged_generation_config(model, generation_config)
         self._stage_clock = clock = StageClock(self.on_stage, self.on_stage_start)
         with clock.stage("capture", "generate", model, sample_inputs):
-            components = decompose_for_generation(
-                model, sample_inputs, generation_config=generation_config, multi_token_decode=multi_token_decode
-            )
+            components = decompose_for_generation(model, sample_inputs, generation_config, multi_token_decode,
+                                                  logits_to_keep_input)
         configs = self._component_configs(config, list(components))
         with clock.stage("calibrate", "generate", model, sample_inputs):
             # generate-kwargs calibration samples -> each component's own forward kwargs
-            configs = calibrate_components(
-                model, config, configs, self.export_format, generation_config, multi_token_decode
-            )
+            configs = calibrate_components(model, config, configs, self.export_format, generation_config,
+                                           multi_token_decode, logits_to_keep_input)
         # checked above: the config's quantizer objects, and the per-component copies calibrate made of one
         checked = [config.values() if isinstance(config, Mapping) else [config]]
         if isinstance(config, ExportConfigMixin):

@@ -176,6 +176,8 @@ class ModelRunner:
                 selected[key] = value
             elif constant:
                 selected[key] = self.metadata.in_constants.get(key)
+            elif key == "logits_to_keep" and (every := _every_position(kwargs)) is not None:
+                selected[key] = every  # the forward's default (0): the logits of every query position
             else:
                 missing.append(key)
         if missing:
@@ -384,3 +386,13 @@ def _place(node: list, path: list[int], value: Any) -> None:
         _place(node[first], rest, value)
     else:
         node[first] = value
+
+
+def _every_position(kwargs: Mapping[str, Any]) -> torch.Tensor | None:
+    """The index of every query position of a call (``logits_to_keep`` traced as the positions the LM head projects,
+    see :func:`hfexport.capture.decompose.keep_every_position`), ``None`` where the call has no query tokens."""
+    for key in ("input_ids", "inputs_embeds"):
+        value = kwargs.get(key)
+        if isinstance(value, torch.Tensor) and value.dim() >= 2:
+            return torch.arange(value.shape[1], device=value.device)
+    return None

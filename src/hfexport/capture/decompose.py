@@ -22,7 +22,7 @@ from ..errors import UnsupportedError
 from ..pytrees import is_cache
 from .recorder import GENERATE_HINTS, CallRecorder
 
-__all__ = ["decompose_prefill_decode", "full_attention_cache", "merge_decode_calls"]
+__all__ = ["decompose_prefill_decode", "full_attention_cache", "keep_every_position", "merge_decode_calls"]
 
 _SEQ_KEYS = ("input_ids", "decoder_input_ids", "position_ids", "decoder_position_ids", "inputs_embeds",
              "decoder_inputs_embeds", "cache_position")
@@ -144,6 +144,26 @@ def merge_decode_calls(first: Mapping[str, Any], second: Mapping[str, Any]) -> d
     return merged
 
 
+def keep_every_position(model: torch.nn.Module, call: Mapping[str, Any]) -> dict[str, Any]:
+    """A multi-token decode call with ``logits_to_keep`` as the index tensor of every query position, where the
+    forward takes it (transformers' ``slice_logits_to_keep`` reads a 1-D tensor as the positions to keep).
+
+    Traced so, the query positions the LM head projects are an input of the graph: a caller that reads only the
+    last position (a prefill served by this graph: ``generate()``'s ``logits_to_keep=1``) passes that one index and
+    skips the head's FLOPs for the rest of the prompt (a fifth of SmolLM2's 512-token prefill, most of Gemma 3's
+    with its 262144-token vocabulary), one that verifies drafts passes them all; hfexport's runner passes every
+    position when a call names none (the forward's default, 0). Opt-in (``logits_to_keep_input``): a loop that
+    drives the graph on its runtime directly (the guide's ONNX Runtime and ExecuTorch C++ loops) feeds it one input
+    more.
+    """
+    if "logits_to_keep" not in inspect.signature(model.forward).parameters:
+        return dict(call)
+    ids = next((call[k] for k in ("input_ids", "inputs_embeds") if isinstance(call.get(k), torch.Tensor)), None)
+    if ids is None or ids.dim() < 2:
+        return dict(call)
+    return {**call, "logits_to_keep": torch.arange(ids.shape[1], device=ids.device)}
+
+
 def _merge_mask(a: Any, b: Any) -> Any:
     if isinstance(a, Mapping):
         return {k: _merge_mask(a[k], b[k]) for k in a}
@@ -157,6 +177,7 @@ def decompose_prefill_decode(
     inputs: Mapping[str, Any],
     generation_config: Any = None,
     multi_token_decode: bool = False,
+    logits_to_keep_input: bool = False,
 ) -> dict[str, tuple[torch.nn.Module, dict]]:
     """Run ``model.generate()`` and capture the prefill and decode forward kwargs.
 
@@ -166,6 +187,8 @@ def decompose_prefill_decode(
         generation_config: Forwarded to ``generate`` (default: the model's). ``cache_implementation="static"`` with
             ``max_cache_len=N`` captures a fixed-size ``StaticCache`` of N positions.
         multi_token_decode: Capture two decode steps merged into one (symbolic query length).
+        logits_to_keep_input: With ``multi_token_decode``, the merged decode also takes ``logits_to_keep``, the
+            query positions whose logits it returns (see :func:`keep_every_position`).
 
     Returns:
         ``{"prefill": (model, kwargs), "decode": (model, kwargs)}``, plus ``"encoder"`` for encoder-decoder models.
@@ -231,6 +254,8 @@ def decompose_prefill_decode(
         first = 1 if _cache_length(inner_calls[1]) >= 2 or len(inner_calls) <= needed else 2
         decode = merge_decode_calls(inner_calls[first], inner_calls[first + 1]) if multi_token_decode \
             else inner_calls[first]
+        if multi_token_decode and logits_to_keep_input:
+            decode = keep_every_position(inner, decode)
         return {"prefill": (model, prefill), "decode": (inner, decode)}
     if len(calls) < needed:
         raise UnsupportedError(
@@ -246,6 +271,8 @@ def decompose_prefill_decode(
         return {"prefill": (model, prefill), "decode": (model, _without_swallowed(model, calls[1]))}
     first = 1 if _cache_length(calls[1]) >= 2 or len(calls) <= needed else 2
     decode = merge_decode_calls(calls[first], calls[first + 1]) if multi_token_decode else calls[first]
+    if multi_token_decode and logits_to_keep_input:
+        decode = keep_every_position(model, decode)
     out: dict[str, tuple[torch.nn.Module, dict]] = {}
     if encoder_recorder is not None and encoder_recorder.calls:
         out["encoder"] = (encoder, encoder_recorder.calls[0])

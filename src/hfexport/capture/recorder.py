@@ -12,7 +12,8 @@ import torch
 __all__ = ["CallRecorder", "GENERATE_HINTS", "NOT_TRACED"]
 
 # generate() passes logits_to_keep=1 for speed; exported graphs return logits for every query position instead,
-# as a caller of a multi-token decode (and the spec's decode loop) expects
+# as a caller of a multi-token decode (and the spec's decode loop) expects (with logits_to_keep_input, a
+# multi-token decode takes the positions as an input: capture.decompose.keep_every_position)
 NOT_TRACED = ("logits_to_keep",)
 GENERATE_HINTS = ("next_sequence_length", "is_first_iteration")
 

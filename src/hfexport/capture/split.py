@@ -25,6 +25,7 @@ def decompose_for_generation(
     inputs: Mapping[str, Any],
     generation_config: Any = None,
     multi_token_decode: bool = False,
+    logits_to_keep_input: bool = False,
 ) -> dict[str, tuple[torch.nn.Module, dict]]:
     """Decompose a generative model into independently exportable ``(module, forward_kwargs)`` pairs.
 
@@ -38,7 +39,7 @@ def decompose_for_generation(
         >>> sorted(components)
         ['decode', 'prefill']
     """
-    components = decompose_prefill_decode(model, inputs, generation_config, multi_token_decode)
+    components = decompose_prefill_decode(model, inputs, generation_config, multi_token_decode, logits_to_keep_input)
     prefill_model, prefill_inputs = components["prefill"]
     if not is_multimodal(model) and "mm_encoder_outputs" in prefill_inputs:
         # a model whose encoders this package does not split out (Fuyu, Gemma4 unified): generate() ran them before

@@ -51,6 +51,9 @@ def add_export_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--multi-token", action="store_true",
                    help="one decode graph that takes several tokens (the prompt too, with --static-cache, or "
                         "on a stateful OpenVINO export)")
+    p.add_argument("--logits-to-keep-input", action="store_true",
+                   help="with --multi-token: the decode graph takes logits_to_keep, the positions whose logits it "
+                        "returns, so that generate() projects a prompt's last position only (as eager does)")
     p.add_argument("--dynamic", action=argparse.BooleanOptionalAction, default=None,
                    help="symbolic shapes, Dim.AUTO on every dim (default: on for generation, off for one graph)")
     p.add_argument("--dtype", choices=list(DTYPES), default="fp32", help="the weights' dtype (default: fp32)")
@@ -76,6 +79,8 @@ def _check_options(args: argparse.Namespace) -> None:
     if args.for_generation is False and (args.static_cache is not None or args.multi_token):
         problems.append("--static-cache and --multi-token shape the generation components: drop "
                         "--no-for-generation")
+    if args.logits_to_keep_input and not args.multi_token:
+        problems.append("--logits-to-keep-input is an input of the multi-token decode graph: add --multi-token")
     if args.multi_token and args.dynamic is False:
         problems.append("--multi-token needs a dynamic query axis: drop --no-dynamic")
     if args.device == "cuda":
@@ -155,7 +160,8 @@ def cmd_export(args: argparse.Namespace) -> int:
                         + (", for generation" if for_generation else "") + ")"):
         if for_generation:
             exported = exporter.export_for_generation(model, inputs, config, generation_config=gen,
-                                                      multi_token_decode=args.multi_token)
+                                                      multi_token_decode=args.multi_token,
+                                                      logits_to_keep_input=args.logits_to_keep_input)
         else:
             exported = exporter.export(model, inputs, config=config)
     with progress.stage("save", str(args.output)):

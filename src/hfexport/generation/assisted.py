@@ -150,7 +150,8 @@ def generate_assisted(exported: Any, plan: Any, inputs: dict) -> Any:
             [(prefill, 0, input_ids)] + ([(decode, cur_len, candidates[:, cur_len:])] if drafted else [])
         pieces = []
         for component, start, block in calls:
-            out = component.runner(**inputs, input_ids=block, **text.kwargs(component, start, block.shape[1], cache))
+            out = component.runner(**inputs, input_ids=block,
+                                   **text.kwargs(component, start, block.shape[1], cache, last_only=component is prefill))
             cache = getattr(out, decode.cache_key)
             pieces.append(out.logits[:, -block.shape[1]:])
         new_logits = torch.cat(pieces, dim=1)[:, -drafted - 1:].to(dtype=torch.float32, device=device)

@@ -96,7 +96,7 @@ def generate_beam(exported: Any, plan: Any, inputs: dict) -> Any:
     window = getattr(exported.config, "sliding_window", None) if exported.config is not None else None
     text = TextState(mask2d, plan.gen.max_new_tokens, decode.cache_capacity(), window)
     out = prefill.runner(**extra, input_ids=input_ids, **text.kwargs(
-        prefill, 0, prompt_len, prefill.initial_cache(input_ids.shape[0], input_ids.device)))
+        prefill, 0, prompt_len, prefill.initial_cache(input_ids.shape[0], input_ids.device), last_only=True))
     state = {"out": out, "ids": input_ids}
     # a model that keeps no cache: the decode component is the prefill's graph, run on each beam's whole sequence
     rereads = decode.cache_key is None and exported.components["decode"].program is exported.components["prefill"].program

@@ -36,7 +36,8 @@ def decoder_session(exported: Any, inputs: dict, max_new_tokens: int) -> tuple[t
     prompt_len = _prefill_length(prefill, decode, input_ids.shape[-1], rereads or not (decode.cache_key or carried))
     text.length = prompt_len
     out = prefill.runner(**inputs, input_ids=input_ids[:, :prompt_len],
-                         **text.kwargs(prefill, 0, prompt_len, prefill.initial_cache(input_ids.shape[0], input_ids.device)))
+                         **text.kwargs(prefill, 0, prompt_len, prefill.initial_cache(input_ids.shape[0], input_ids.device),
+                                       last_only=True))
     state = {"out": out, "ids": input_ids}
 
     def step(token: torch.Tensor, prompt: bool = False) -> torch.Tensor:

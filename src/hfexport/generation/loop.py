@@ -50,6 +50,12 @@ class Component:
         spec = self.kwargs.get(key)
         return spec is not None and spec.fed
 
+    @functools.cached_property
+    def picks_positions(self) -> bool:
+        """Whether the graph takes the query positions its LM head projects as an input (a multi-token decode's
+        ``logits_to_keep`` index, see :func:`hfexport.capture.decompose.keep_every_position`)."""
+        return self.metadata.kind_of("logits_to_keep") is KwargKind.TENSOR
+
     def mask_kind(self, key: str = "attention_mask") -> str:
         kind = self.metadata.kind_of(key)
         if kind is KwargKind.TENSOR:
@@ -172,10 +178,16 @@ class TextState:
             self.valid[:, :prompt_len] = mask2d.bool()
         self.window = window
         self.padded = not bool(mask2d.bool().all())
+        self._kept = [torch.zeros(1, dtype=torch.long, device=device)]  # a one-token step's position index
 
-    def kwargs(self, component: Component, start: int, q: int, cache: Any) -> dict[str, Any]:
-        """Position, mask and cache kwargs for a call on query positions ``start .. start + q``."""
+    def kwargs(self, component: Component, start: int, q: int, cache: Any, last_only: bool = False) -> dict[str, Any]:
+        """Position, mask and cache kwargs for a call on query positions ``start .. start + q``; ``last_only``: the
+        caller reads the last position's logits only (a prompt's), which a graph that takes the positions to
+        project is then given alone."""
         call: dict[str, Any] = {}
+        if component.picks_positions:
+            call["logits_to_keep"] = self._kept[0] if q == 1 else \
+                torch.tensor([q - 1], device=self.mask.device) if last_only else torch.arange(q, device=self.mask.device)
         if self.padded and start == 0 and component.mask_kind() == "none":  # (an SSM's decode step needs none)
             raise UnsupportedError(
                 f"this batch is padded, but the {component.name} graph takes no attention mask: its sample inputs "

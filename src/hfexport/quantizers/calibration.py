@@ -50,6 +50,7 @@ def capture_calibration(
     calibration_dataset: Iterable[Mapping[str, Any]],
     generation_config: Any = None,
     multi_token_decode: bool = False,
+    logits_to_keep_input: bool = False,
 ) -> dict[str, list[dict[str, Any]]]:
     """Run each ``generate``-kwargs sample through :func:`~hfexport.utils.decompose_for_generation` and collect
     every component's forward kwargs: ``{component: [kwargs, ...]}``.
@@ -67,7 +68,8 @@ def capture_calibration(
     per_component: dict[str, list[dict[str, Any]]] = {}
     for sample in calibration_dataset:
         components = decompose_for_generation(
-            model, dict(sample), generation_config=generation_config, multi_token_decode=multi_token_decode
+            model, dict(sample), generation_config=generation_config, multi_token_decode=multi_token_decode,
+            logits_to_keep_input=logits_to_keep_input,
         )
         for name, (module, kwargs) in components.items():
             if name == "prefill":  # as the exporter traces a prefill graph of its own: logits_to_keep=1
@@ -82,7 +84,8 @@ def _as_decode_call(prefill: dict[str, Any], decode: Mapping[str, Any]) -> dict[
     """The prefill call's kwargs with the mask the decode graph takes: over a static cache, ``generate`` passes no
     mask to the first forward (the model builds the causal one) but a 4D ``[batch, 1, query, cache slots]`` mask to
     the decode steps, and the decode graph serving the prompt takes one too: the causal mask over the first slots, as
-    the runner feeds it (hfexport.generation's slot masks)."""
+    the runner feeds it (hfexport.generation's slot masks); and a graph that takes the positions to project
+    (``logits_to_keep``) the prompt's last one, as generate() passes it."""
     out = dict(prefill)
     cache = decode.get("past_key_values")
     if cache is not None and hasattr(cache, "layers"):
@@ -94,6 +97,8 @@ def _as_decode_call(prefill: dict[str, Any], decode: Mapping[str, Any]) -> dict[
                 if isinstance(value, torch.Tensor):
                     value.zero_()
     mask, ids = decode.get("attention_mask"), out.get("input_ids")
+    if isinstance(decode.get("logits_to_keep"), torch.Tensor) and isinstance(ids, torch.Tensor):
+        out["logits_to_keep"] = torch.tensor([ids.shape[1] - 1])  # the runner projects a prompt's last position only
     if "attention_mask" in out or not isinstance(mask, torch.Tensor) or not isinstance(ids, torch.Tensor):
         return out
     if mask.dim() == 4:
@@ -134,6 +139,7 @@ def calibrate_components(
     export_format: Any,
     generation_config: Any = None,
     multi_token_decode: bool = False,
+    logits_to_keep_input: bool = False,
 ) -> dict[str, Any]:
     """Per-component configs for ``export_for_generation`` (whose quantizers :func:`check_quantizers` checked):
     where one config serves every component and its quantizer has ``generate``-kwargs calibration samples, one
@@ -142,7 +148,8 @@ def calibrate_components(
     per_component = isinstance(config, Mapping) and "export_format" not in config
     if quantizer is None or per_component or quantizer.calibration_dataset is None:
         return configs
-    captured = capture_calibration(model, quantizer.calibration_dataset, generation_config, multi_token_decode)
+    captured = capture_calibration(model, quantizer.calibration_dataset, generation_config, multi_token_decode,
+                                   logits_to_keep_input)
     out = {
         name: dataclasses.replace(c, quantizer=quantizer.with_calibration(captured.get(name) or None))
         for name, c in configs.items()
