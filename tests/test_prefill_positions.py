@@ -107,3 +107,43 @@ def test_a_quantizer_calibrates_the_prompt_on_its_last_position_as_generate_feed
     step, prompt = captured["decode"]
     assert step["input_ids"].shape == (1, 2) and step["logits_to_keep"].tolist() == [0, 1]
     assert prompt["input_ids"].shape == (1, 9) and prompt["logits_to_keep"].tolist() == [8]
+
+
+def _tied_llama(vocab: int):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=vocab, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=True)
+    return LlamaForCausalLM(config).eval()
+
+
+def test_onnx_gathers_the_kept_positions_on_their_axis_which_the_fused_runtime_runs(without_workaround):
+    """``onnx-index-one-axis``: with ``ort_fusions``, a tied head too large for the export's constant folding (SmolLM2's;
+    here 20000 x 64) keeps its weight's Transpose, and ONNX Runtime's MatMul/Transpose fusion merges it and the
+    transposes torchlib writes around an inner-axis index into a FusedMatMul its kernel refuses."""
+    pytest.importorskip("onnxruntime", reason="the ONNX backend needs onnxruntime")
+    from hfexport.exporter_onnx import OnnxExporter
+
+    model = _tied_llama(20000)
+    ids = torch.randint(3, 19000, (1, 9), generator=torch.Generator().manual_seed(0))
+    inputs = {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
+    gen = GenerationConfig(cache_implementation="static", max_cache_len=32, max_new_tokens=6, min_new_tokens=6,
+                           do_sample=False)
+    with torch.no_grad():
+        want = model.generate(**inputs, generation_config=gen)
+
+    def export():
+        return OnnxExporter().export_for_generation(model, dict(inputs), OnnxConfig(dynamic=True, ort_fusions="cpu"),
+                                                    generation_config=gen, multi_token_decode=True,
+                                                    logits_to_keep_input=True)
+
+    exported = export()
+    assert torch.equal(exported.generate(**inputs, generation_config=gen), want)
+    graph = exported.components["decode"].program.graph
+    (gather,) = [n for n in graph if "logits_to_keep" in [v.name for v in n.inputs if v is not None]]
+    assert gather.op_type == "Gather" and gather.attributes["axis"].value == 1
+    without_workaround("onnx-index-one-axis")
+    unrewritten = export()
+    with pytest.raises(Exception, match="FusedMatMul"):  # premise: torchlib's transposes, then the fusion
+        unrewritten.generate(**inputs, generation_config=gen)
