@@ -98,6 +98,23 @@ def test_a_generative_model_exports_for_generation_by_default_and_says_so(tmp_pa
                        expected)
 
 
+def test_logits_to_keep_input_makes_the_positions_an_input_of_the_decode_graph(tmp_path, capsys):
+    folder, model = _model_dir(tmp_path)
+    out = tmp_path / "gen"
+    assert main(["export", str(folder), "--output", str(out), "--static-cache", "32", "--multi-token",
+                 "--logits-to-keep-input", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["same_tokens"] is True
+    reloaded = ExportedModel.from_pretrained(out)
+    spec = reloaded.components["decode"].metadata.kwargs["logits_to_keep"]
+    assert spec.traced and spec.ndim == 1
+    ids = torch.randint(3, 128, (1, 7), generator=torch.Generator().manual_seed(3))
+    with torch.no_grad():
+        expected = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=10,
+                                  do_sample=False)
+    assert torch.equal(reloaded.generate(input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=10),
+                       expected)
+
+
 def test_generation_is_announced_on_stderr(tmp_path, capsys):
     folder, _ = _model_dir(tmp_path)
     assert main(["export", str(folder), "--output", str(tmp_path / "o")]) == 0
@@ -109,6 +126,7 @@ def test_generation_is_announced_on_stderr(tmp_path, capsys):
     (["--static-cache", "0"], "--static-cache must be a positive number"),
     (["--no-for-generation", "--multi-token"], "drop --no-for-generation"),
     (["--multi-token", "--no-dynamic"], "needs a dynamic query axis"),
+    (["--logits-to-keep-input"], "is an input of the multi-token decode graph: add --multi-token"),
     (["--format", "openvino", "--ort-fusions", "cpu"], "--ort-fusions is an ONNX Runtime option"),
     (["--format", "dynamo", "--quantize", "ort-dynamic"], "cannot quantize a 'dynamo' export"),
 ])

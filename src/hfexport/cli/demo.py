@@ -30,7 +30,8 @@ DEMO_BACKENDS = ("dynamo", "onnx", "openvino")
 # fp32 parity bound per backend: OpenVINO's and XNNPACK's kernels reassociate sums (DESIGN, "Numbers")
 TOLERANCE = FP32_ATOL  # the one fp32 tolerance table
 # the generation recipe per backend: a static cache whose multi-token decode graph also runs the prefill (one graph,
-# the weights once), plus the backend's own options
+# the weights once; the prompt's last position only through the head: --logits-to-keep-input), plus the backend's
+# own options
 _STATIC_CACHE_LEN = 256
 _RECIPE_OPTIONS = {"onnx": {"ort_fusions": "cpu"}}
 # OpenVINO keeps the model's growing cache instead, stateful (its one IR serves the prompt too): the CPU plugin fuses
@@ -104,7 +105,7 @@ def _generation_row(backend: str, model_dir: Path, workdir: Path) -> dict[str, A
     options = [f"--{k.replace('_', '-')}={v}" for k, v in _RECIPE_OPTIONS.get(backend, {}).items()]
     cache = [] if backend in _GROWING_CACHE else ["--static-cache", str(_STATIC_CACHE_LEN)]
     status, exported = _command(["export", str(model_dir), "--format", backend, "--output", str(out_dir),
-                                 *cache, "--multi-token", *options])
+                                 *cache, "--multi-token", "--logits-to-keep-input", *options])
     if status != 0 or not exported:
         return {"backend": backend, "failed": f"hfexport export exited {status}"}
     trust = ["--trust-remote-code"] if backend == "aoti" else []  # the package it has just compiled
@@ -117,7 +118,7 @@ def _generation_row(backend: str, model_dir: Path, workdir: Path) -> dict[str, A
     return {
         "backend": backend,
         "recipe": ("stateful growing cache" if backend in _GROWING_CACHE else f"static cache {_STATIC_CACHE_LEN}")
-        + ", one multi-token decode graph"
+        + ", one multi-token decode graph (the prompt's last position through the head)"
         + "".join(f", {o}" for o in options),
         "export_s": round(export_s, 1),
         "size_mb": round(exported["bytes"] / 1e6, 1),
@@ -161,7 +162,8 @@ def run_demo(json_out: bool = False, backends: list[str] | None = None) -> int:
 
                 for backend in backends:
                     cache = "" if backend in _GROWING_CACHE else f" --static-cache {_STATIC_CACHE_LEN}"
-                    print(f"hfexport export {name} --format {backend}{cache} --multi-token, then run, validate, "
+                    print(f"hfexport export {name} --format {backend}{cache} --multi-token --logits-to-keep-input, "
+                          "then run, validate, "
                           "bench ...", file=terminal(), flush=True)
                     generation.append(_generation_row(backend, packaged_dir(name), Path(tmp)))
     if json_out:
