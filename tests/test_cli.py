@@ -90,12 +90,7 @@ def test_a_generative_model_exports_for_generation_by_default_and_says_so(tmp_pa
     assert reloaded.generation_config.cache_implementation == "static"
     assert reloaded.generation_config.max_cache_len == 32
     assert reloaded.generation_config.eos_token_id == model.generation_config.eos_token_id
-    ids = torch.randint(3, 128, (1, 7), generator=torch.Generator().manual_seed(3))
-    with torch.no_grad():
-        expected = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=10,
-                                  do_sample=False)
-    assert torch.equal(reloaded.generate(input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=10),
-                       expected)
+    _generates_like(reloaded, model)
 
 
 def test_logits_to_keep_input_makes_the_positions_an_input_of_the_decode_graph(tmp_path, capsys):
@@ -107,11 +102,15 @@ def test_logits_to_keep_input_makes_the_positions_an_input_of_the_decode_graph(t
     reloaded = ExportedModel.from_pretrained(out)
     spec = reloaded.components["decode"].metadata.kwargs["logits_to_keep"]
     assert spec.traced and spec.ndim == 1
+    _generates_like(reloaded, model)
+
+
+def _generates_like(exported, model):
     ids = torch.randint(3, 128, (1, 7), generator=torch.Generator().manual_seed(3))
     with torch.no_grad():
         expected = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=10,
                                   do_sample=False)
-    assert torch.equal(reloaded.generate(input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=10),
+    assert torch.equal(exported.generate(input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=10),
                        expected)
 
 
