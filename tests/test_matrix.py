@@ -737,3 +737,36 @@ def test_named_inputs_carry_what_their_models_read_from_them():
 
     mask = sample_inputs(build_model("gemma3n_audio", "Gemma3nAudioEncoder"), "gemma3n_audio")["audio_mel_mask"]
     assert mask.dtype == torch.bool and not mask.any()
+
+
+def test_a_generate_row_where_eager_stops_at_once_compares_new_tokens_tokens_not_one(monkeypatch):
+    """A random tiny model may emit EOS as its first token (Florence-2's), and an export that stops too would pass on
+    no token at all: the worker then has both sides generate NEW_TOKENS with transformers' min_new_tokens."""
+    import torch
+
+    from hfexport import ExportedModel
+    from hfexport.testing.tiny import TINY_CASES
+    from hfexport.tools.matrix import worker
+
+    model = TINY_CASES["llama"].build()
+    prompt = sample_inputs(model, "llama", batch=2, seq=9, for_generation=True)
+    with torch.no_grad():
+        first = model.generate(**prompt, max_new_tokens=1, do_sample=False)[:, -1]
+    model.generation_config.eos_token_id = sorted(set(first.tolist()))
+    model.generation_config.pad_token_id = 0
+    with torch.no_grad():  # premise: eager now stops after its first token
+        stopped = model.generate(**prompt, max_new_tokens=worker.NEW_TOKENS, do_sample=False)
+    assert stopped.shape[-1] == 9 + 1 and worker.stopped_early(model, prompt, stopped)
+    calls = []
+    original = ExportedModel.generate
+
+    def spy(self, **kwargs):
+        out = original(self, **kwargs)
+        calls.append((kwargs.get("min_new_tokens"), out.shape[-1]))
+        return out
+
+    monkeypatch.setattr(ExportedModel, "generate", spy)
+    result = {"status": "fail", "reason": ""}
+    worker._generate_stage(model, "llama", "dynamo", result, "LlamaForCausalLM")
+    assert result["status"] == "pass" and result["mismatched_tokens"] == 0, result
+    assert calls == [(worker.NEW_TOKENS, 9 + worker.NEW_TOKENS)]
