@@ -74,27 +74,14 @@ def _best(generate: Any, prompt: dict, new_tokens: int, repeats: int) -> tuple[l
 
 def bench_backend(backend: str, model: Any, tokenizer: Any, prompt: dict, args: argparse.Namespace,
                   workdir: Path, eager_logits: torch.Tensor) -> dict:
-    from hfexport import ExportedModel
-    from hfexport.registry import AutoExportConfig
-    from hfexport.registry import AutoHfExporter
+    from hfexport.registry import AutoExportConfig, AutoHfExporter
     from hfexport.validation import compare_outputs
 
     row: dict[str, Any] = {"backend": backend}
     options = {"export_format": backend, "dynamic": True}
-    config = AutoExportConfig.from_dict({**options, **RECIPE_OPTIONS.get(backend, {})})
-    gen = recipe_generation_config(backend, model, args.cache_len)
-    sample = dict(tokenizer(["Hello, world!"], return_tensors="pt"))
-    start = time.perf_counter()
-    exported = AutoHfExporter.from_config(config).export_for_generation(
-        model, sample, config, generation_config=gen, multi_token_decode=True,
-        logits_to_keep_input=args.logits_to_keep_input)
-    row["generate_export_s"] = time.perf_counter() - start
-    exported.save_pretrained(workdir / f"{backend}-generate")
-    del exported
-    # an AOTInductor package is compiled code: loaded only when trusted (we built it a moment ago)
-    exported = ExportedModel.from_pretrained(workdir / f"{backend}-generate", trust_remote_code=backend == "aoti")
-    _timed(exported.generate, prompt, 2)  # warm-up: first-call allocations and kernel selection
-    # eager timed in the same rounds, interleaved: what the machine gives one moment (seen: eager 774-898 ms over
+    exported, row["generate_export_s"] = _recipe_export(backend, model, tokenizer, prompt, args, workdir,
+                                                        args.logits_to_keep_input)
+    # eager timed in the same rounds, interleaved: what the machine gives one moment (seen: eager 774-1190 ms over
     # one quiet hour, and a backend timed after another's in-process runtime slower than alone)
     row["tokens"], row["prefill_s"], row["eager_prefill_s"] = None, float("inf"), float("inf")
     for _ in range(args.repeats):
@@ -108,6 +95,7 @@ def bench_backend(backend: str, model: Any, tokenizer: Any, prompt: dict, args: 
     gc.collect()  # the runtime's sessions and threads gone before the next backend's
 
     plain = AutoExportConfig.from_dict(options)
+    sample = dict(tokenizer(["Hello, world!"], return_tensors="pt"))
     start = time.perf_counter()
     forward = AutoHfExporter.from_config(plain).export(model, sample, config=plain)
     row["forward_export_s"] = time.perf_counter() - start
@@ -118,6 +106,29 @@ def bench_backend(backend: str, model: Any, tokenizer: Any, prompt: dict, args: 
     return row
 
 
+def _recipe_export(backend: str, model: Any, tokenizer: Any, prompt: dict, args: argparse.Namespace, workdir: Path,
+                   logits_to_keep_input: bool) -> tuple[Any, float]:
+    """The backend's generation recipe exported, saved, loaded back and warmed up on ``prompt``; with its export
+    seconds."""
+    from hfexport import ExportedModel
+    from hfexport.registry import AutoExportConfig, AutoHfExporter
+
+    config = AutoExportConfig.from_dict({"export_format": backend, "dynamic": True, **RECIPE_OPTIONS.get(backend, {})})
+    sample = dict(tokenizer(["Hello, world!"], return_tensors="pt"))
+    start = time.perf_counter()
+    exported = AutoHfExporter.from_config(config).export_for_generation(
+        model, sample, config, generation_config=recipe_generation_config(backend, model, args.cache_len),
+        multi_token_decode=True, logits_to_keep_input=logits_to_keep_input)
+    seconds = time.perf_counter() - start
+    folder = workdir / f"{backend}-generate-{logits_to_keep_input}"
+    exported.save_pretrained(folder)
+    del exported
+    # an AOTInductor package is compiled code: loaded only when trusted (we built it a moment ago)
+    loaded = ExportedModel.from_pretrained(folder, trust_remote_code=backend == "aoti")
+    _timed(loaded.generate, prompt, 2)  # warm-up: first-call allocations and kernel selection
+    return loaded, seconds
+
+
 def ab_positions(backend: str, model: Any, tokenizer: Any, prompt: dict, args: argparse.Namespace,
                  workdir: Path) -> str:
     """``--ab``: the backend's recipe exported without and with ``logits_to_keep_input``, both loaded, their prefills
@@ -125,19 +136,7 @@ def ab_positions(backend: str, model: Any, tokenizer: Any, prompt: dict, args: a
     and the median of the rounds' paired ratios (without / with)."""
     import statistics
 
-    from hfexport import ExportedModel
-    from hfexport.registry import AutoExportConfig, AutoHfExporter
-
-    config = AutoExportConfig.from_dict({"export_format": backend, "dynamic": True, **RECIPE_OPTIONS.get(backend, {})})
-    sample = dict(tokenizer(["Hello, world!"], return_tensors="pt"))
-    loaded = {}
-    for keep in (False, True):
-        exported = AutoHfExporter.from_config(config).export_for_generation(
-            model, sample, config, generation_config=recipe_generation_config(backend, model, args.cache_len),
-            multi_token_decode=True, logits_to_keep_input=keep)
-        exported.save_pretrained(workdir / f"{backend}-{keep}")
-        loaded[keep] = ExportedModel.from_pretrained(workdir / f"{backend}-{keep}", trust_remote_code=backend == "aoti")
-        _timed(loaded[keep].generate, prompt, 2)
+    loaded = {keep: _recipe_export(backend, model, tokenizer, prompt, args, workdir, keep)[0] for keep in (False, True)}
     rounds: dict[Any, list[float]] = {"eager": [], False: [], True: []}
     tokens = {}
     for _ in range(args.repeats):
