@@ -484,3 +484,29 @@ def test_a_decode_step_without_a_mask_generates_like_eager_on_the_fused_stateful
     without_workaround("openvino-sdpa-no-mask")
     with pytest.raises(RuntimeError, match="ScaledDotProductAttentionWithKVCache"):  # the premise, without it
         export().generate(**inputs, max_new_tokens=12)
+
+
+def test_a_state_without_a_batch_axis_is_not_reordered_by_beam_idx():
+    """xLSTM's cache keeps ``seqlen_offset`` as a [1] tensor beside states of the (symbolic) batch; gathered by
+    ``beam_idx`` like the others it became [batch], and the CPU plugin refused its variable at the first decode
+    step ("Can not clone with new dims. Descriptor's shape: {1} is incompatible with provided dimensions: {2}")."""
+    import torch
+
+    from hfexport import OpenVINOConfig
+    from hfexport.exporter_openvino import OpenVINOExporter
+    from hfexport.tools.matrix.inputs import sample_inputs
+    from hfexport.tools.matrix.shrink import build_model
+
+    torch.manual_seed(0)
+    model = build_model("xlstm", "xLSTMForCausalLM")
+    capture = sample_inputs(model, "xlstm", batch=2, seq=6, for_generation=True)
+    prompt = sample_inputs(model, "xlstm", batch=2, seq=9, for_generation=True)
+    exported = OpenVINOExporter().export_for_generation(model, capture, OpenVINOConfig(dynamic=True))
+    decode = exported.components["decode"].program
+    assigns = {op.get_variable_id(): op.get_input_partial_shape(0) for op in decode.get_ops()
+               if op.get_type_name() == "Assign"}
+    offset = next(shape for variable, shape in assigns.items() if "seqlen_offset" in variable)
+    assert offset.is_static and offset.to_shape()[0] == 1
+    with torch.no_grad():
+        expected = model.generate(**prompt, max_new_tokens=6, do_sample=False)
+    assert torch.equal(exported.generate(**prompt, max_new_tokens=6), expected)

@@ -80,6 +80,7 @@ def make_stateful(model: Any, metadata: ExportMetadata) -> dict[str, str]:
     empty = ops.multiply(batch, ops.constant(np.array([0], dtype=np.int64)))
     results = {name: r for r in model.get_results() for name in r.output(0).get_names()}
     traced = {s.name: s.shape for s in metadata.inputs}
+    batch_dim = (traced.get("input_ids") or traced.get("inputs_embeds") or [None])[0]
     for name, out in pairs.items():
         param, result = model.input(name).get_node(), results[out]
         new_value = result.input_value(0)
@@ -105,7 +106,10 @@ def make_stateful(model: Any, metadata: ExportMetadata) -> dict[str, str]:
             zeros = ops.broadcast(ops.constant(np.array(0, dtype=element.to_dtype())), ops.concat(dims, 0))
             state = read_value(zeros, variable).output(0)
         value = state if element == param.get_element_type() else ops.convert(state, param.get_element_type()).output(0)
-        if shape.rank.get_length() > 0:
+        first_traced = (traced.get(name) or [None])[0]
+        # a state without a batch axis (xLSTM's seqlen_offset [1] beside a symbolic batch) is not reordered: its
+        # gather by beam_idx made it [batch], which its variable then refused ("Can not clone with new dims")
+        if shape.rank.get_length() > 0 and not (isinstance(first_traced, int) and isinstance(batch_dim, str)):
             value = ops.gather(value, beam_idx, zero).output(0)
         for target in list(param.output(0).get_target_inputs()):
             target.replace_source_output(value)
