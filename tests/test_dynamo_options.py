@@ -106,6 +106,26 @@ def test_gqa_models_trace_grouped_sdpa_instead_of_copying_the_cache():
     assert "dynamo-sdpa-gqa" not in plain.components["model"].metadata.workarounds
 
 
+def test_a_config_whose_heads_vary_by_layer_exports():
+    """EmbeddingGemma 2's config refuses a global ``num_key_value_heads`` (its last layer has its own head count):
+    the GQA workaround's check read it and the whole export raised transformers' error."""
+    from transformers import EmbeddingGemma2TextConfig, EmbeddingGemma2TextModel
+
+    config = EmbeddingGemma2TextConfig(vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                                       num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+                                       layer_types=["sliding_attention", "full_attention"],
+                                       per_layer_config={"1": {"head_dim": 32, "num_key_value_heads": 1}})
+    with pytest.raises(RuntimeError, match="per-layer attribute"):  # the premise: the global read refuses
+        config.num_key_value_heads
+    torch.manual_seed(0)
+    model = EmbeddingGemma2TextModel(config).eval()
+    inputs = {"input_ids": torch.randint(3, 250, (2, 7)), "attention_mask": torch.ones(2, 7, dtype=torch.long)}
+    exported = DynamoExporter().export(model, inputs, config=DynamoConfig(dynamic=True))
+    assert "dynamo-sdpa-gqa" in exported.components["model"].metadata.workarounds
+    assert _close(exported, model, {"input_ids": torch.randint(3, 250, (3, 9)),
+                                    "attention_mask": torch.ones(3, 9, dtype=torch.long)})
+
+
 @pytest.fixture(scope="module")
 def static_llama():
     """The tiny Llama exported with a static cache of 64 and one multi-token decode graph, traced at batch 2."""

@@ -26,10 +26,26 @@ def _applies(model: Any, inputs: dict) -> bool:
         return False
     get_text = getattr(config, "get_text_config", None)
     text = get_text() if callable(get_text) else config
-    heads = getattr(text, "num_attention_heads", None)
-    kv_heads = getattr(text, "num_key_value_heads", None)
+    heads, kv_heads = _read(text, "num_attention_heads"), _read(text, "num_key_value_heads")
     impl = getattr(text, "_attn_implementation", None) or getattr(config, "_attn_implementation", None)
-    return impl == "sdpa" and isinstance(heads, int) and isinstance(kv_heads, int) and kv_heads < heads
+    grouped = _PER_LAYER in (heads, kv_heads) or (isinstance(heads, int) and isinstance(kv_heads, int)
+                                                   and kv_heads < heads)
+    return impl == "sdpa" and grouped
+
+
+_PER_LAYER = object()
+
+
+def _read(config: Any, name: str) -> Any:
+    """``config.<name>``, or :data:`_PER_LAYER` where a heterogeneous config refuses the global read because the
+    value varies by layer (transformers' ``AmbiguousGlobalPerLayerAttributeError``, EmbeddingGemma 2's heads): some
+    layer may then group its key/value heads, and answering yes for the others is still right."""
+    try:
+        return getattr(config, name, None)
+    except RuntimeError as e:  # (by name: its module is new in transformers 5.2x)
+        if type(e).__name__ == "AmbiguousGlobalPerLayerAttributeError":
+            return _PER_LAYER
+        raise
 
 
 @workaround(
