@@ -1,8 +1,8 @@
-"""Audio-text-to-text prompts through ``ExportedModel.generate``: a tiny Qwen2-Audio, Voxtral, Audio Flamingo 3, GLM-ASR
-and MOSS Transcribe Diarize, their audio tower, projector and language model exported as parts, the audio features
+"""Audio-text-to-text prompts through ``ExportedModel.generate``: a tiny Qwen2-Audio, Voxtral, Audio Flamingo 3, GLM-ASR,
+MOSS Transcribe Diarize and FunASR-Nano, their audio tower, projector and language model exported as parts, the audio features
 merged over the prompt's audio tokens as each model's forward merges them (Qwen2-Audio: padded clips masked in the
 tower, each clip's real frames kept; Voxtral: every clip whole, frames stacked by four, clip after clip; the other
-three: a padded clip keeps the positions its real frames make), token for token against eager ``model.generate``. Each prompt is first checked to change eager's tokens against the same text without the audio.
+four: a padded clip keeps the positions its real frames make), token for token against eager ``model.generate``. Each prompt is first checked to change eager's tokens against the same text without the audio.
 """
 
 from __future__ import annotations
@@ -92,7 +92,8 @@ def test_voxtral_refuses_an_audio_mask_as_eager_does(voxtral_model):
 # (family, class, real frames of row 0's clip; row 1's clip is whole)
 MASKED_FAMILIES = {"audioflamingo3": "AudioFlamingo3ForConditionalGeneration",
                    "glmasr": "GlmAsrForConditionalGeneration",
-                   "moss_transcribe_diarize": "MossTranscribeDiarizeForConditionalGeneration"}
+                   "moss_transcribe_diarize": "MossTranscribeDiarizeForConditionalGeneration",
+                   "fun_asr_nano": "FunAsrNanoForConditionalGeneration"}
 
 
 def _masked_clip_inputs(model, short, seed):
@@ -101,11 +102,14 @@ def _masked_clip_inputs(model, short, seed):
     config = model.config
     gen = torch.Generator().manual_seed(seed)
     mel = config.audio_config.num_mel_bins
+    stacked = getattr(config.audio_config, "num_stacked_frames", 1)  # (FunASR-Nano: frames first, stacked bins)
     frames = 32
-    features = torch.randn(2, mel, frames, generator=gen)
     mask = torch.ones(2, frames, dtype=torch.long)
     mask[0, short:] = 0
-    features = features * mask[:, None, :]  # the feature extractor pads with silence
+    if stacked > 1:
+        features = torch.randn(2, frames, mel * stacked, generator=gen) * mask[:, :, None]
+    else:
+        features = torch.randn(2, mel, frames, generator=gen) * mask[:, None, :]  # the extractor pads with silence
     # (MOSS's base model names a padding_mask of raw-audio samples it does not read)
     extra = {"padding_mask": None} if "padding_mask" in inspect.signature(model.model.get_audio_features).parameters \
         else {}

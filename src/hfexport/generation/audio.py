@@ -19,6 +19,8 @@ Each model type's glue is what its forward does around the tower (:data:`AUDIO_G
 - MOSS Transcribe Diarize (``MossTranscribeDiarizeModel.get_audio_features``): the tower takes the features alone;
   each chunk keeps its real frames after the stride-2 convolution, rounded up to whole merges of
   ``audio_merge_size`` frames; those are concatenated in groups of ``audio_merge_size`` and projected.
+- FunASR-Nano (``FunAsrNanoModel.get_audio_features``): the tower and the projector both take the features'
+  ``input_features_mask``; the projected frames the mask keeps, clip after clip, go to the audio tokens.
 """
 
 from __future__ import annotations
@@ -137,10 +139,22 @@ def _moss_transcribe_diarize(config: Any, encoder: Any, project: Callable | None
     return merge_image_features(input_ids, embeds, projected, int(config.audio_token_id), "audio")
 
 
+def _fun_asr_nano(config: Any, encoder: Any, project: Callable | None, input_ids: torch.Tensor,
+                  embeds: torch.Tensor, inputs: dict) -> torch.Tensor:
+    mask = inputs.get("input_features_mask")
+    if mask is None:  # (its get_audio_features requires it: model.generate fails without it too)
+        raise UnsupportedError("FunASR-Nano's audio tower and projector take input_features_mask: pass the "
+                               "processor's mask with input_features")
+    hidden = _hidden(encoder.runner(input_features=inputs["input_features"], input_features_mask=mask))
+    projected = project(hidden) if project is not None else hidden  # (the projector takes the mask from inputs)
+    return merge_image_features(input_ids, embeds, projected[mask.to(torch.bool)], int(config.audio_token_id),
+                                "audio")
+
+
 #: model_type -> ``fn(config, encoder component, projector or None, input_ids, embeds, inputs)`` -> merged embeds
 AUDIO_GLUE: dict[str, Callable[..., torch.Tensor]] = {
     "qwen2_audio": _qwen2_audio, "voxtral": _voxtral, "audioflamingo3": _audioflamingo3, "glmasr": _glmasr,
-    "moss_transcribe_diarize": _moss_transcribe_diarize,
+    "moss_transcribe_diarize": _moss_transcribe_diarize, "fun_asr_nano": _fun_asr_nano,
 }
 
 

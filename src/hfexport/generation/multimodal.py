@@ -200,7 +200,7 @@ def _merge_modalities(config: Any, parts: dict, input_ids: torch.Tensor, embeds:
                 )
             continue
         if modality == "audio":
-            embeds = merge_audio(config, encoder, _projector(parts, "audio"), input_ids, embeds, inputs)
+            embeds = merge_audio(config, encoder, _projector(parts, "audio", inputs), input_ids, embeds, inputs)
             continue
         traced = [k for k, v in encoder.kwargs.items() if v.fed]
         call = encoder_inputs(config, traced, inputs)
