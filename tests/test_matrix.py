@@ -237,7 +237,9 @@ def test_inputs_whose_layout_the_config_does_not_say_are_found_by_running_the_mo
      {"input_values": (2, 1, 5120), "input_features": (2, 16, 160), "input_features_mask": (2, 16)}),
     ("neucodec", "NeuCodecModel",
      {"input_values": (2, 1, 1600), "input_features": (2, 32, 160), "input_features_mask": (2, 32)}),
-    ("fun_asr_nano", "FunAsrNanoForConditionalGeneration", {"input_ids": (2, 6), "attention_mask": (2, 6)}),
+    ("fun_asr_nano", "FunAsrNanoForConditionalGeneration", {"input_ids": (2, 38), "attention_mask": (2, 38),
+                                                            "input_features": (2, 32, 56),
+                                                            "input_features_mask": (2, 32)}),
     # an optional features mask its encoder sums (None by default): ones over the frames
     ("audioflamingo3_encoder", "AudioFlamingo3Encoder", {"input_features": (2, 8, 32), "input_features_mask": (2, 32)}),
     # a generic main input `inputs`: the encoder's own (a speech encoder-decoder's waveform), else token ids
@@ -286,6 +288,35 @@ def test_inputs_whose_layout_the_config_does_not_say_are_found_by_running_the_mo
     # no audio token: 8 feature frames per text position (stride 2, then 4 frames a token)
     ("voxtral_realtime", "VoxtralRealtimeForConditionalGeneration",
      {"input_ids": (2, 6), "attention_mask": (2, 6), "input_features": (2, 8, 48)}),
+    # default configs that do not run, fixed by an override each: EfficientLoFTR's rotary table (8 heads) and image
+    # pairs, LW-DETR's one feature level, UVDoc's six bridge maps (64 pixels: its reflect padding), X-Codec's
+    # acoustic + semantic codebook width, Dia's cross-attention width (and its [B, T, channels] decoder ids), CLVP's
+    # rotary head width (and its conditioning clip at the decoder's 80 mel bins), FastSpeech 2's vocoder input
+    ("efficientloftr", "EfficientLoFTRModel", {"pixel_values": (2, 2, 3, 32, 32)}),
+    ("lw_detr", "LwDetrModel", {"pixel_values": (2, 3, 32, 32)}),
+    ("uvdoc", "UVDocModel", {"pixel_values": (2, 3, 64, 64)}),
+    ("xcodec", "XcodecModel", {"input_values": (2, 1, 1600)}),
+    ("dia", "DiaForConditionalGeneration", {"input_ids": (2, 6), "attention_mask": (2, 6),
+                                            "decoder_input_ids": (2, 3, 9)}),
+    ("clvp", "ClvpModelForConditionalGeneration", {"input_ids": (2, 6), "attention_mask": (2, 6),
+                                                   "input_features": (2, 80, 32)}),
+    ("fastspeech2_conformer_with_hifigan", "FastSpeech2ConformerWithHifiGan",
+     {"input_ids": (2, 6), "attention_mask": (2, 6), "lang_ids": (2,)}),
+    # an audio-video encoder that takes both streams, each optional in its signature
+    ("pe_audio_video_encoder", "PeAudioVideoEncoder", {"input_values": (2, 1, 1920),
+                                                       "pixel_values_videos": (2, 2, 3, 32, 32)}),
+    # a text-only embedding model (no vision or audio config) gets no media; a low-frame-rate audio tower gets
+    # frames of 8 mel bins x 7 stacked frames
+    ("embedding_gemma2", "EmbeddingGemma2Model", {"input_ids": (2, 6), "attention_mask": (2, 6)}),
+    ("fun_asr_nano_encoder", "FunAsrNanoEncoder", {"input_features": (2, 32, 56), "input_features_mask": (2, 32)}),
+    # MiniCPM-V's tower: two images of 4 x 4 patches packed in one row, with their patch grids
+    ("minicpm_ocr_vision", "MiniCPMOcrVisionModel", {"pixel_values": (1, 3, 8, 256), "target_sizes": (2, 2)}),
+    # NeoMME's masked LM: each image's 16 patches flattened, one per row of pixel_values, 16 image tokens a row
+    ("neomme", "NeoMMEForMaskedLM", {"input_ids": (2, 22), "attention_mask": (2, 22), "pixel_values": (32, 192)}),
+    # a video-only Q-Former model: one frame a row and its query tokens as video placeholders
+    ("instructblipvideo", "InstructBlipVideoForConditionalGeneration",
+     {"pixel_values": (2, 1, 3, 32, 32), "qformer_input_ids": (2, 6), "qformer_attention_mask": (2, 6),
+      "input_ids": (2, 38), "attention_mask": (2, 38)}),
 ])
 def test_models_the_matrix_could_not_build_or_feed_before_run_eagerly(model_type, class_name, shapes):
     """Each of these was cannot-build, no-inputs or eager-fails (issue 22); ``_eager`` is the worker's own path
@@ -319,6 +350,9 @@ def test_models_the_matrix_could_not_build_or_feed_before_run_eagerly(model_type
     # a tower whose width after its pixel shuffle feeds the projector (the shrink overrides keep them agreeing)
     ("muse_spark", "MuseSparkForConditionalGeneration", {"input_ids": (2, 10), "attention_mask": (2, 10),
      "pixel_values": (32, 384), "image_grid_thw": (2, 3)}),
+    # MiniCPM-V's: both images' patches packed in one row with each image's patch grid (4 x 4, merged to 4 tokens)
+    ("minicpm_ocr", "MiniCPMOcrForConditionalGeneration", {"input_ids": (2, 10), "attention_mask": (2, 10),
+     "pixel_values": (1, 3, 8, 256), "target_sizes": (2, 2)}),
 ])
 def test_image_text_models_whose_tower_takes_a_grid_or_patches_get_an_image(model_type, class_name, shapes):
     """They got text only before (generate: no-inputs, issue 22). The image must reach the logits: other pixels,

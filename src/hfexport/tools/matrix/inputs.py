@@ -33,7 +33,7 @@ import torch
 
 from .named_inputs import companions, main_alias, trajectory_or_patches
 from .media import GRID_KEYS, audio_layouts, feature_layouts, feature_masks, first_that_runs, grid_candidates, \
-    image_layouts, image_sides, patch_candidates, runs, variants, window_side, aligned_features
+    image_layouts, image_sides, packed_candidates, patch_candidates, runs, variants, window_side, aligned_features
 from .series import series_inputs
 from .shrink import FROM_TINY_CASES
 
@@ -52,9 +52,10 @@ class NoInputRecipe(Exception):
 
 def _find(config: Any, *names: str) -> Any:
     """The first of ``names`` set on the config or on one of its vision/audio/encoder sub-configs (a codec's
-    semantic model: X-Codec 2's mel features are its Wav2Vec2-BERT's)."""
+    semantic model: X-Codec 2's mel features are its Wav2Vec2-BERT's; CLVP's are its speech decoder's)."""
     for cfg in (config, *(getattr(config, s, None) for s in ("vision_config", "audio_config", "encoder_config",
-                                                             "encoder", "backbone_config", "semantic_model_config"))):
+                                                             "encoder", "backbone_config", "semantic_model_config",
+                                                             "decoder_config"))):
         for name in names:
             value = getattr(cfg, name, None) if cfg is not None else None
             if value is not None:
@@ -62,10 +63,18 @@ def _find(config: Any, *names: str) -> Any:
     return None
 
 
+def _tower(config: Any, kind: str) -> bool:
+    """Whether the model may have a ``kind`` (``vision``, ``audio``) tower: not where its config leaves
+    ``{kind}_config`` None (an embedding model built text-only, EmbeddingGemma 2's default, refuses media)."""
+    return not (hasattr(config, f"{kind}_config") and getattr(config, f"{kind}_config") is None)
+
+
 def _vocab(config: Any) -> int:
-    """The vocabulary size: the top-level value first (some ``get_text_config()`` answer a default sub-config)."""
+    """The vocabulary size: the top-level value first (some ``get_text_config()`` answer a default sub-config), then
+    the text config's, then a wrapped model's (FastSpeech 2 with its vocoder: ``model_config``)."""
     text = config.get_text_config(decoder=True) if hasattr(config, "get_text_config") else config
-    return getattr(config, "vocab_size", None) or getattr(text, "vocab_size", None) or _LAST_ID
+    return getattr(config, "vocab_size", None) or getattr(text, "vocab_size", None) \
+        or getattr(getattr(config, "model_config", None), "vocab_size", None) or _LAST_ID
 
 
 def _text(model: Any, gen: torch.Generator, batch: int, seq: int, params: Any) -> dict[str, torch.Tensor]:
@@ -121,11 +130,20 @@ def _features(model: Any, gen: torch.Generator, batch: int) -> torch.Tensor:
     window = _find(config, "n_window")  # a tower that reads whole windows of 2 * n_window frames (Qwen3-ASR's)
     if mel and isinstance(window, int) and 0 < window <= 512:
         return torch.randn(batch, mel, 2 * window, generator=gen)
+    if mel and (width := _feature_width(config)) != mel:
+        return torch.randn(batch, 32, width, generator=gen)
     if mel and positions:
         return torch.randn(batch, mel, 2 * positions, generator=gen)
     feat = _find(config, *_FEATURE_SIZES)
     # none named (its feature extractor's): 128 log-mel bins, the usual size (80 tried next: sample_inputs)
     return torch.randn(batch, 32, feat or _MEL_BINS[0], generator=gen)
+
+
+def _feature_width(config: Any) -> int | None:
+    """The width of one feature frame: the mel bins, times the frames a low-frame-rate front end stacks in one step
+    (FunASR's ``num_stacked_frames``)."""
+    mel, stacked = _find(config, "num_mel_bins"), _find(config, "num_stacked_frames")
+    return mel * stacked if isinstance(mel, int) and isinstance(stacked, int) and stacked > 1 else mel
 
 
 def _is_hidden_like(name: str) -> bool:
@@ -198,10 +216,16 @@ def _crop_count(config: Any, size: tuple[int, int]) -> int | None:
 def _image_kwargs(model: Any, features: Any, gen: torch.Generator, batch: int) -> Iterator[dict[str, Any]]:
     """What ``get_image_features`` may take for one image per row: pixels ``[B, C, H, W]``, then one image per row
     ``[B, 1, C, H, W]`` (Idefics-like towers), with each image's size and its crops where it takes ``image_sizes``
-    (LLaVA-NeXT-like: a base crop plus a grid); flattened patches and their ``image_grid_thw`` where it takes a grid
+    (LLaVA-NeXT-like: a base crop plus a grid), then the images' patches flattened ``[B * patches, C * P * P]``;
+    flattened patches and their ``image_grid_thw`` where it takes a grid
     (Qwen-VL-like towers)."""
     config = model.config
     params = inspect.signature(features).parameters
+    if not {"args", "kwargs"} < {*params} and hasattr(model.base_model, "get_image_features"):  # (a head class's
+        params = inspect.signature(model.base_model.get_image_features).parameters  # pass-through: its base's)
+    if "target_sizes" in params:  # MiniCPM-V-like: patches packed in one row
+        yield from packed_candidates(getattr(config, "vision_config", None) or config, gen, batch)
+        return
     if any(k in params for k in GRID_KEYS):  # (with what the forward takes beside the grid: a get_image_features
         # that passes its kwargs on may need them, VideoLLaMA 3's image_merge_sizes)
         both = {**inspect.signature(model.forward).parameters, **params}
@@ -231,6 +255,10 @@ def _image_kwargs(model: Any, features: Any, gen: torch.Generator, batch: int) -
             if pixels.dim() == 5:  # (or a mask of the real tiles, Granite Docling's)
                 tiles = torch.ones(*pixels.shape[:2], dtype=torch.bool)
                 yield {"pixel_values": pixels, **extra, "pixel_attention_mask": tiles}
+    patch, (b, c, h, w) = _find(config, "patch_size"), images.shape
+    if isinstance(patch, int) and h % patch == 0 and w % patch == 0:  # every image's patches flattened, one per row
+        yield {"pixel_values": images.reshape(b, c, h // patch, patch, w // patch, patch)  # (NeoMME's)
+               .permute(0, 2, 4, 1, 3, 5).reshape(-1, c * patch * patch)}
 
 
 _IMAGE_BRACKETS = (("vision_start_token_id", "vision_end_token_id"), ("image_start_token_id", "image_end_token_id"),
@@ -281,9 +309,11 @@ def _with_image(model: Any, gen: torch.Generator, batch: int, text: dict[str, to
     text alone (``{}``) when the model needs more than that or takes no plain image-token id: the eager forward
     decides."""
     config = model.config
-    token = _token(config, "image_token_id", "image_token_index")
-    # (a head class without it, ModernVBERT's masked LM: its base model's)
-    features = getattr(model, "get_image_features", None) or getattr(model.base_model, "get_image_features", None)
+    # (a head class without it, ModernVBERT's masked LM: its base model's; a video-only model's video features and
+    # tokens, InstructBLIP-Video's)
+    token = _token(config, "image_token_id", "image_token_index", "video_token_id", "video_token_index")
+    features = next((f for name in ("get_image_features", "get_video_features")
+                     for f in (getattr(model, name, None), getattr(model.base_model, name, None)) if f is not None), None)
     if token is None or features is None:
         return {}
     hidden = config.get_text_config(decoder=True).hidden_size
@@ -320,8 +350,9 @@ def _audio_kwargs(model: Any, gen: torch.Generator, batch: int, params: Any) -> 
     window = _find(model.config, "n_window")  # a tower that reads whole windows of 2 * n_window frames (Qwen3-ASR)
     if isinstance(mel, int) and isinstance(window, int) and 0 < window <= 512:
         clips.append(torch.randn(batch, mel, 2 * window, generator=gen))
+    width = _feature_width(model.config)
     for features in chain.from_iterable(feature_layouts(c) for c in clips):
-        frames = features.shape[1] if mel == features.shape[-1] else features.shape[-1]
+        frames = features.shape[1] if width == features.shape[-1] else features.shape[-1]
         if names:
             yield {"input_features": features, **dict.fromkeys(names, torch.ones(batch, frames, dtype=torch.long))}
         yield {"input_features": features}
@@ -356,9 +387,11 @@ def _with_audio(model: Any, gen: torch.Generator, batch: int, text: dict[str, to
     params = inspect.signature(model.forward).parameters
     if "input_features" not in params:
         return {}
-    if token is None:  # no audio token: one embedding added to each position (Voxtral Realtime)
-        mel = _find(config, "num_mel_bins")
-        return aligned_features(model, text, mel, gen) if isinstance(mel, int) else {}
+    if token is None:  # no audio token: one embedding added to each position (Voxtral Realtime), else a clip the
+        mel = _find(config, "num_mel_bins")  # text goes with (CLVP's conditioning clip)
+        aligned = aligned_features(model, text, mel, gen) if isinstance(mel, int) else {}
+        beside = ({**text, **extra} for extra in _audio_kwargs(model, gen, batch, params))
+        return aligned or next((c for c in beside if runs(model, c)), {})
     for extra in _audio_kwargs(model, gen, batch, params):
         for count in _audio_counts(model, extra, batch):
             for block in _placeholder_blocks(config, token, count, _AUDIO_BRACKETS):
@@ -392,6 +425,8 @@ def sample_inputs(model: Any, model_type: str, batch: int = 2, seq: int = 6,
         config = getattr(model.config, "vision_config", None) or model.config  # a NaFlex tower: patches
         side = _pixels(model, gen, batch).shape[-1]
         return first_that_runs(model, patch_candidates(config, gen, batch, side, params))
+    if main == "pixel_values" and "target_sizes" in params and "input_ids" not in params:  # a MiniCPM-V-like tower
+        return first_that_runs(model, packed_candidates(model.config, gen, batch))
     if main == "input_ids":
         out: dict[str, torch.Tensor] = _text(model, gen, batch, seq, params)
     elif main in ("pixel_values", "pixel_values_videos"):
@@ -418,9 +453,12 @@ def sample_inputs(model: Any, model_type: str, batch: int = 2, seq: int = 6,
         out.update(_with_image(model, gen, batch, out))
     elif main == "input_ids" and "input_features" in params and model.can_generate():  # audio-text-to-text
         out.update(_with_audio(model, gen, batch, out))
-    elif main == "input_ids" and "input_features" in params and not model.can_generate():  # CLAP: text and audio
-        out["input_features"] = _features(model, gen, batch)
-    elif main == "input_ids" and "pixel_values" in params and not model.can_generate():  # CLIP-like dual encoders
+    elif main == "input_ids" and "input_features" in params and not model.can_generate() \
+            and _tower(model.config, "audio"):
+        out["input_features"] = _features(model, gen, batch)  # CLAP: text and audio
+    elif main == "input_ids" and "pixel_values" in params and not model.can_generate() \
+            and _tower(model.config, "vision"):
+        # CLIP-like dual encoders
         # (or an encoder over text with image tokens: ModernVBERT)
         out.update(_with_image(model, gen, batch, out) or {"pixel_values": _pixels(model, gen, batch)})
     elif main in ("pixel_values", "pixel_values_videos") and "input_ids" in params and not model.can_generate():
@@ -434,6 +472,9 @@ def sample_inputs(model: Any, model_type: str, batch: int = 2, seq: int = 6,
             out[name] = _features(model, gen, batch)
         elif name not in out and name.endswith("input_ids") and not (text_too and name == "input_ids"):
             out.update(_named_text(model, gen, batch, seq, params, name[: -len("input_ids")]))  # InstructBLIP's
+    if main == "input_values" and "pixel_values_videos" in params and "pixel_values_videos" not in out:
+        out["pixel_values_videos"] = _pixels(model, gen, batch)  # an audio-video encoder: both streams, each optional
+        # in its signature (PE Audio-Video's; its layouts below make it a video)
     out = companions(model, out, params, gen)  # (LXMERT's region features, SegGPT's prompt pair)
     if hidden := [n for n in required if n not in out and _is_hidden_like(n)]:  # BLIP-2 Q-Former's query_embeds
         out = first_that_runs(model, _hidden_states(model, gen, batch, seq, hidden, out, params))
@@ -462,6 +503,10 @@ def sample_inputs(model: Any, model_type: str, batch: int = 2, seq: int = 6,
         if isinstance(out.get("input_features"), torch.Tensor):  # its semantic branch's features: a frame a hop
             frames = torch.randn(batch, 16, out["input_features"].shape[-1], generator=gen)
             layouts["input_features"] = lambda f: chain(feature_layouts(f), feature_layouts(frames))
+    channels = getattr(getattr(model.config, "decoder_config", None), "num_channels", None)
+    if isinstance(out.get("decoder_input_ids"), torch.Tensor) and isinstance(channels, int) and channels > 1:
+        # a decoder of one id per audio channel (Dia's): [B, T, channels]
+        layouts["decoder_input_ids"] = lambda ids: iter((ids, ids.unsqueeze(-1).repeat(1, 1, channels)))
     if alias is not None and main in layouts:
         layouts[alias] = layouts[main]
     codebooks = _find(model.config, "num_codebooks")

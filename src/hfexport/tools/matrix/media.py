@@ -4,6 +4,7 @@ tried in order until the tiny model runs on one eagerly (it is a few millisecond
 - vision towers of Qwen-VL-like models (a required ``grid_thw``): flattened patches ``[patches, C * T * P * P]``
   (or ``[patches, C, P, P]``, ``[patches, C, T, P, P]``) of two images of ``2 * merge`` patches a side, with their
   ``grid_thw`` rows ``[1, side, side]``; a NaFlex tower's (``spatial_shapes``) patches of one image per row;
+- towers that take each image's patch grid (``target_sizes``, MiniCPM-V's): the images' patches packed in one row;
 - ``pixel_values`` ``[B, C, H, W]``, then as a video ``[B, frames, C, H, W]`` / ``[B, C, frames, H, W]`` (frames from
   the config's ``num_frames``), then one image per row ``[B, 1, C, H, W]``, then larger square images (64, 128, 224
   pixels); a windowed tower's images are large enough for a whole window at its last stage from the first try;
@@ -25,7 +26,8 @@ from typing import Any
 
 import torch
 
-__all__ = ["GRID_KEYS", "first_that_runs", "runs", "variants", "grid_candidates", "patch_candidates", "window_side",
+__all__ = ["GRID_KEYS", "first_that_runs", "runs", "variants", "grid_candidates", "patch_candidates", "packed_candidates",
+           "window_side",
            "image_sides", "image_layouts", "audio_layouts", "feature_layouts", "feature_masks", "aligned_features"]
 
 GRID_KEYS = ("grid_thw", "image_grid_thw")
@@ -115,6 +117,18 @@ def patch_candidates(config: Any, gen: torch.Generator, batch: int, side: int,
                  "pixel_position_ids": torch.stack([xs.flatten(), ys.flatten()], -1).expand(batch, -1, -1).clone()}
         yield {"pixel_values": torch.randn(batch, n, channels * patch * patch, generator=gen),
                **{k: v for k, v in extra.items() if k in params}}
+
+
+def packed_candidates(config: Any, gen: torch.Generator, batch: int) -> Iterator[dict[str, Any]]:
+    """Every image's patches packed side by side in one row, for a tower that takes each image's patch grid as
+    ``target_sizes`` (MiniCPM-V's NaViT layout): ``pixel_values`` ``[1, C, P, batch * n * n * P]`` of ``batch``
+    images of ``n x n`` patches (4, then 8: a merger may halve the grid twice), ``target_sizes`` ``[[n, n]] * batch``."""
+    get = lambda *names: next((getattr(config, n) for n in names if getattr(config, n, None) is not None), None)  # noqa: E731
+    patch = _int(get("patch_size"), 8)
+    channels = _int(get("num_channels", "in_channels"), 3)
+    for side in (4, 8):
+        yield {"pixel_values": torch.randn(1, channels, patch, batch * side * side * patch, generator=gen),
+               "target_sizes": torch.tensor([[side, side]] * batch, dtype=torch.int32)}
 
 
 def window_side(config: Any) -> int:

@@ -13,7 +13,8 @@ main input is none of the text, image, audio and hidden-state recipes of :mod:`.
   ``latent_query_num`` positions its image fills after the start token; ``prompt_pixel_values`` / ``prompt_masks`` (SegGPT's
   in-context pair, stacked with the image on the height axis, so that each is half the configured height);
   ``noise`` (ViT-MAE's random masking, ``[B, patches]`` uniform, which its forward draws with ``torch.rand`` when
-  not given: a program with a random op neither matches eager nor runs everywhere).
+  not given: a program with a random op neither matches eager nor runs everywhere); ``classes_structure``
+  (OmDet-Turbo's count of class prompts per task, of its flattened ``classes_input_ids``).
 """
 
 from __future__ import annotations
@@ -99,6 +100,10 @@ def companions(model: Any, out: dict[str, Any], params: Any, gen: torch.Generato
         shape = (pixels.shape[0], pixels.shape[1], size[0] // 2, size[1])
         out = {**out, **{name: torch.randn(*shape, generator=gen)
                          for name in ("pixel_values", "prompt_pixel_values", "prompt_masks") if name in params}}
+    classes = out.get("classes_input_ids")
+    if isinstance(classes, torch.Tensor) and "classes_structure" in params and isinstance(pixels, torch.Tensor):
+        per_task = max(1, classes.shape[0] // pixels.shape[0])  # OmDet-Turbo: how many of the flattened class
+        out = {**out, "classes_structure": torch.full((pixels.shape[0],), per_task)}  # prompts each image's task has
     patch, ratio = getattr(config, "patch_size", None), getattr(config, "mask_ratio", None)
     if isinstance(pixels, torch.Tensor) and "noise" in params and isinstance(patch, int) and ratio is not None:
         patches = (pixels.shape[-2] // patch) * (pixels.shape[-1] // patch)

@@ -32,6 +32,10 @@ OVERRIDES: dict[str, dict[str, Any]] = {
                 "bos_token_id": 1, "eos_token_id": 2},  # Whisper's own ids are one id for all three
     "gemma3": {"mm_tokens_per_image": 4},  # 16 patches of 32-pixel images pooled 2 x 2
     "voxtral": {"audio_token_id": 255},  # its config leaves the audio token to the processor's tokenizer
+    "instructblipvideo": {"video_token_index": 255},  # (as Voxtral's audio token)
+    **dict.fromkeys(("minicpm_ocr", "minicpmv4_6", "minicpmv4_7"), {"image_token_id": 255, "video_token_id": 254}),
+    # its image and document ids (6, 5) lie among the sampled text ids: out of their way, as the renumbered ones
+    "neomme": {"image_token_id": 255, "document_token_id": 254},
     # the vision adapter's input is the tower's width after its pixel shuffle (by 2 x 2 here: 4 x 64), its output
     # the projector's input
     "llama4": {"vision_config": {"intermediate_size": 4 * HIDDEN, "projector_input_dim": HIDDEN,
@@ -69,7 +73,18 @@ OVERRIDES: dict[str, dict[str, Any]] = {
     # (its attention does not run grouped)
     "xcodec2": {"encoder_hidden_size": 8, "quantization_dim": 2 * HIDDEN, "num_key_value_heads": HEADS},
     "neucodec": {"encoder_hidden_size": 8, "quantization_dim": 2 * HIDDEN, "num_key_value_heads": HEADS},
-    "fun_asr_nano": {"adaptor_config": {"intermediate_size": HIDDEN // 4}},  # its validator: text hidden // 4
+    # its rotary embedding turns max(projection_dim // (2 x heads), 32) dims: a head as wide as that (32, 2 heads)
+    "clvp": {"text_config": {"num_attention_heads": 2}, "speech_config": {"num_attention_heads": 2}},
+    # its decoder's cross-attention reads the encoder's states: their width and heads, not the 1024-wide default's
+    "dia": {"decoder_config": {"cross_hidden_size": HIDDEN, "cross_num_attention_heads": HEADS,
+                               "cross_num_key_value_heads": HEADS, "cross_head_dim": HEAD_DIM}},
+    # its vocoder reads the spectrogram its acoustic model writes (80 mel bins by default, 8 once shrunk)
+    "fastspeech2_conformer_with_hifigan": {"vocoder_config": {"model_in_dim": 8}},
+    # X-Codec's codebooks hold the acoustic and the semantic features side by side (its default derives the sum)
+    "xcodec": {"codebook_dim": 2 * HIDDEN},
+    # its validator: text hidden // 4; (as MOSS's) a tiny decoder at 0.02 repeats one token whatever the audio
+    "fun_asr_nano": {"adaptor_config": {"intermediate_size": HIDDEN // 4}, "initializer_range": 0.2,
+                     "text_config": {"initializer_range": 0.2}},
     "chameleon": {"vocabulary_map": _CHAMELEON_VOCAB, "vq_config": {"num_embeddings": _IMAGE_CODES}},
     "emu3": {"vocabulary_map": _EMU3_VOCAB, "vq_config": {"codebook_size": _IMAGE_CODES}},
     "deepseek_ocr2": {"text_config": {"mlp_layer_types": ["dense", "sparse"]}},
@@ -127,6 +142,16 @@ OVERRIDES: dict[str, dict[str, Any]] = {
     # a Swin-T backbone (28M) read at three stages whose widths the encoder takes as encoder_in_channels
     "omdet-turbo": {"backbone_config": {"backbone": "resnet18", "out_indices": [2, 3, 4]},
                     "encoder_in_channels": [128, 256, 512]},
+    # its rotary embedding rotates head_dim x partial_rotary_factor (4) dims into a hidden_size / 2 table: 8 heads
+    # (the default's) keep the two in step; its __post_init__ sets the key/value heads to the heads
+    "efficientloftr": {"num_attention_heads": 8, "num_key_value_heads": 8},
+    # no feature level by default (projector_scale_factors=()): its encoder concatenates an empty list; the LW-DETR
+    # checkpoints read one level at scale 1
+    "lw_detr": {"projector_scale_factors": [1.0]},
+    # its head concatenates one feature map per bridge stage (6 x 128 channels), the default backbone reads stage6
+    # only; the checkpoints read all six
+    "uvdoc": {"backbone_config": {"out_indices": [1, 2, 3, 4, 5, 6],
+                                  "out_features": ["stage1", "stage2", "stage3", "stage4", "stage5", "stage6"]}},
 }
 
 # model_type -> why the generate stage compares one row, not a batch of 2: eager's batched generate is wrong upstream
