@@ -394,6 +394,48 @@ def test_a_split_over_the_dynamic_batch_keeps_the_batch_dynamic():
         assert torch.allclose(exported(x=x), _SplitHalves()(x), atol=1e-6)
 
 
+class _SharedAcrossPartitions(torch.nn.Module):
+    """One weight read on both sides of an op XNNPACK does not take (cumsum): two partitions share the constant."""
+
+    def __init__(self):
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.randn(8, 8))
+
+    def forward(self, x):
+        return torch.cumsum(x @ self.weight, dim=-1) @ self.weight
+
+
+def test_a_constant_two_partitions_share_is_copied_without_verifying_the_whole_program_each_time(monkeypatch):
+    """executorch-duplicate-validation: each copy re-ran the edge verifier over the whole program (HRM's tiny model
+    spent 30 of 154 s there); the lowered program still runs like eager."""
+    import sys
+
+    import executorch.exir.backend.utils as backend_utils
+
+    copies, validations = [], []
+    copy_constant, validate = backend_utils.duplicate_constant_node, torch.export.ExportedProgram._validate
+
+    def counting_copy(program, name):
+        copies.append(name)
+        return copy_constant(program, name)
+
+    def counting_validate(self):
+        validations.append(sys._getframe(1).f_code.co_name)
+        return validate(self)
+
+    monkeypatch.setattr(backend_utils, "duplicate_constant_node", counting_copy)
+    monkeypatch.setattr(torch.export.ExportedProgram, "_validate", counting_validate)
+    torch.manual_seed(0)
+    model = _SharedAcrossPartitions()
+    exported = ExecutorchExporter().export(model, {"x": torch.randn(3, 8)}, ExecutorchConfig(dynamic=False))
+    assert "executorch-duplicate-validation" in exported.components["model"].metadata.workarounds
+    assert copies  # the premise: the weight is copied for a second partition
+    assert validations and "duplicate_constant_node" not in validations
+    x = torch.randn(3, 8)
+    with torch.no_grad():
+        assert torch.allclose(exported(x=x), model(x), atol=1e-4)
+
+
 class _CheckedCount(torch.nn.Module):
     """A runtime assert on a data-dependent size: torch._check(n != 0) traces as torch.sym_not of a comparison."""
 
