@@ -92,3 +92,26 @@ def test_assumptions_are_computed_with_tensor_ops_only():
     flat = program.module()(x=torch.ones(2, 3))
     assert torch.equal(flat[0], torch.full((2, 3), 2.0)) and all(bool(c) for c in flat[1])
     assert not all(bool(c) for c in program.module()(x=-torch.ones(2, 3))[1])
+
+
+class PackedSlices(torch.nn.Module):
+    """MiniCPM-V's per-image slices of its packed patches, at offsets read from a tensor, after a branch on a value
+    (so the trace falls back to the sample's real values)."""
+
+    def forward(self, packed, sizes):
+        if sizes[0] > 100:
+            packed = packed * 2
+        out, start = [], 0
+        for n in sizes.tolist():
+            out.append(packed[0, start:start + n].sum(0))
+            start += n
+        return torch.stack(out)
+
+
+def test_a_slice_at_an_offset_read_from_a_tensor_traces_with_real_values():
+    """torch-real-tensor-offsets: torch compared the slice's unbacked storage offset with != and the fallback trace
+    raised the very guard it is for (MiniCPM-V, EnCodec)."""
+    model, inputs = PackedSlices(), {"packed": torch.randn(1, 10, 4), "sizes": torch.tensor([4, 6])}
+    exported = DynamoExporter().export(model, inputs, DynamoConfig(dynamic=False))
+    assert "torch-real-tensor-offsets" in exported.components["model"].metadata.workarounds
+    assert torch.allclose(exported(**inputs), model(**inputs), atol=1e-6)
