@@ -7,8 +7,9 @@ aten.scatter_reduce.two", openvino 2026.3.1), and ExecuTorch lowers it but its r
 those backends, ``self.scatter_reduce(dim, index, src, reduce, include_self)`` is computed, where ``index`` has
 ``src``'s shape and both have ``self``'s outside ``dim`` (a segment reduction), over a ``[..., S, N]`` mask of which
 of the ``N`` sources each of the ``S`` positions receives, with ``sum`` / ``prod`` / ``amax`` / ``amin`` over the
-sources; ``mean`` divides the sum by the count, as torch does (an integer mean with floor division). Quadratic in the sizes along ``dim``: meant for the
-segment sizes these models reduce. Other layouts keep the op. Drop each once its backend converts it.
+sources; ``mean`` divides the sum by the count, as torch does (an integer mean with floor division). Quadratic in
+the sizes along ``dim``: meant for the segment sizes these models reduce. Other layouts keep the op. Drop each once
+its backend converts it.
 """
 
 from __future__ import annotations

@@ -26,11 +26,60 @@ from typing import Any
 
 import torch
 
-__all__ = ["GRID_KEYS", "first_that_runs", "runs", "variants", "grid_candidates", "patch_candidates", "packed_candidates",
+__all__ = ["GRID_KEYS", "FEATURE_SIZES", "MEL_BINS", "config_value", "sample_pixels", "sample_features",
+           "feature_width", "first_that_runs", "runs", "variants", "grid_candidates", "patch_candidates", "packed_candidates",
            "window_side",
            "image_sides", "image_layouts", "audio_layouts", "feature_layouts", "feature_masks", "aligned_features"]
 
 GRID_KEYS = ("grid_thw", "image_grid_thw")
+FEATURE_SIZES = ("feature_size", "input_feat_per_channel", "num_mel_bins", "input_dim", "feature_projection_input_dim",
+                  "input_feat_size")
+MEL_BINS = (128, 80)
+
+
+def config_value(config: Any, *names: str) -> Any:
+    """The first of ``names`` set on the config or on one of its vision/audio/encoder sub-configs (a codec's
+    semantic model: X-Codec 2's mel features are its Wav2Vec2-BERT's; CLVP's are its speech decoder's)."""
+    for cfg in (config, *(getattr(config, s, None) for s in ("vision_config", "audio_config", "encoder_config",
+                                                             "encoder", "backbone_config", "semantic_model_config",
+                                                             "decoder_config"))):
+        for name in names:
+            value = getattr(cfg, name, None) if cfg is not None else None
+            if value is not None:
+                return value
+    return None
+
+
+def sample_pixels(model: Any, gen: torch.Generator, batch: int) -> torch.Tensor:
+    size = config_value(model.config, "image_size", "input_size", "crop_size") or 32
+    h, w = (size, size) if isinstance(size, int) else tuple(size)[-2:]
+    windowed = window_side(getattr(model.config, "vision_config", None) or model.config)
+    h, w = max(h, windowed), max(w, windowed)
+    channels = config_value(model.config, "num_channels", "in_channels") or 3
+    return torch.randn(batch, channels, h, w, generator=gen)
+
+
+def sample_features(model: Any, gen: torch.Generator, batch: int) -> torch.Tensor:
+    config = model.config
+    mel = config_value(config, "num_mel_bins")
+    positions = config_value(config, "max_source_positions")
+    window = config_value(config, "n_window")  # a tower that reads whole windows of 2 * n_window frames (Qwen3-ASR's)
+    if mel and isinstance(window, int) and 0 < window <= 512:
+        return torch.randn(batch, mel, 2 * window, generator=gen)
+    if mel and (width := feature_width(config)) != mel:
+        return torch.randn(batch, 32, width, generator=gen)
+    if mel and positions:
+        return torch.randn(batch, mel, 2 * positions, generator=gen)
+    feat = config_value(config, *FEATURE_SIZES)
+    # none named (its feature extractor's): 128 log-mel bins, the usual size (80 tried next: sample_inputs)
+    return torch.randn(batch, 32, feat or MEL_BINS[0], generator=gen)
+
+
+def feature_width(config: Any) -> int | None:
+    """The width of one feature frame: the mel bins, times the frames a low-frame-rate front end stacks in one step
+    (FunASR's ``num_stacked_frames``)."""
+    mel, stacked = config_value(config, "num_mel_bins"), config_value(config, "num_stacked_frames")
+    return mel * stacked if isinstance(mel, int) and isinstance(stacked, int) and stacked > 1 else mel
 
 
 def runs(model: Any, candidate: dict[str, Any]) -> bool:
