@@ -115,3 +115,24 @@ def test_a_slice_at_an_offset_read_from_a_tensor_traces_with_real_values():
     exported = DynamoExporter().export(model, inputs, DynamoConfig(dynamic=False))
     assert "torch-real-tensor-offsets" in exported.components["model"].metadata.workarounds
     assert torch.allclose(exported(**inputs), model(**inputs), atol=1e-6)
+
+
+class EntropyScore(torch.nn.Module):
+    """BLT's patcher in small: the entropy of a Categorical built in the forward, which validates its logits."""
+
+    def forward(self, logits):
+        return torch.distributions.Categorical(logits=logits).entropy()
+
+
+def test_a_distribution_built_in_the_forward_traces_without_branching_on_its_values(caplog):
+    """distribution-validate-args: Categorical's check of its logits is a branch on tensor values; with it the trace
+    fell back to the sample's real values (and BLT's export failed or passed from run to run)."""
+    assert torch.distributions.Distribution._validate_args  # the premise: eager validates (python without -O)
+    model, logits = EntropyScore(), torch.randn(2, 6, 16)
+    with caplog.at_level("WARNING"):
+        exported = DynamoExporter().export(model, {"logits": logits}, DynamoConfig(dynamic=False))
+    assert "distribution-validate-args" in exported.components["model"].metadata.workarounds
+    assert not [r for r in caplog.records if "branches on tensor values" in r.getMessage()]
+    assert torch.distributions.Distribution._validate_args  # restored after the export
+    other = torch.randn(2, 6, 16)
+    assert torch.allclose(exported(logits=other), model(other), atol=1e-5)
