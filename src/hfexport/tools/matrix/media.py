@@ -5,6 +5,8 @@ tried in order until the tiny model runs on one eagerly (it is a few millisecond
   (or ``[patches, C, P, P]``, ``[patches, C, T, P, P]``) of two images of ``2 * merge`` patches a side, with their
   ``grid_thw`` rows ``[1, side, side]``; a NaFlex tower's (``spatial_shapes``) patches of one image per row;
 - towers that take each image's patch grid (``target_sizes``, MiniCPM-V's): the images' patches packed in one row;
+- the tensors themselves, sized from the config (:func:`config_value` reads a size off the config or its vision,
+  audio, encoder, backbone or decoder sub-config): :func:`sample_pixels`, :func:`sample_features`;
 - ``pixel_values`` ``[B, C, H, W]``, then as a video ``[B, frames, C, H, W]`` / ``[B, C, frames, H, W]`` (frames from
   the config's ``num_frames``), then one image per row ``[B, 1, C, H, W]``, then larger square images (64, 128, 224
   pixels); a windowed tower's images are large enough for a whole window at its last stage from the first try;
@@ -27,13 +29,13 @@ from typing import Any
 import torch
 
 __all__ = ["GRID_KEYS", "FEATURE_SIZES", "MEL_BINS", "config_value", "sample_pixels", "sample_features",
-           "feature_width", "first_that_runs", "runs", "variants", "grid_candidates", "patch_candidates", "packed_candidates",
-           "window_side",
+           "feature_width", "first_that_runs", "runs", "variants", "grid_candidates", "patch_candidates",
+           "packed_candidates", "window_side",
            "image_sides", "image_layouts", "audio_layouts", "feature_layouts", "feature_masks", "aligned_features"]
 
 GRID_KEYS = ("grid_thw", "image_grid_thw")
 FEATURE_SIZES = ("feature_size", "input_feat_per_channel", "num_mel_bins", "input_dim", "feature_projection_input_dim",
-                  "input_feat_size")
+                 "input_feat_size")
 MEL_BINS = (128, 80)
 
 
@@ -51,6 +53,8 @@ def config_value(config: Any, *names: str) -> Any:
 
 
 def sample_pixels(model: Any, gen: torch.Generator, batch: int) -> torch.Tensor:
+    """``[batch, channels, H, W]`` at the config's image size (32 pixels where it names none), large enough for a
+    windowed tower's last stage."""
     size = config_value(model.config, "image_size", "input_size", "crop_size") or 32
     h, w = (size, size) if isinstance(size, int) else tuple(size)[-2:]
     windowed = window_side(getattr(model.config, "vision_config", None) or model.config)
@@ -60,6 +64,9 @@ def sample_pixels(model: Any, gen: torch.Generator, batch: int) -> torch.Tensor:
 
 
 def sample_features(model: Any, gen: torch.Generator, batch: int) -> torch.Tensor:
+    """Audio features of one clip per row, sized from the config: ``[B, mel, 2 * n_window]`` (a windowed tower),
+    ``[B, 32, mel x stacked frames]`` (a low-frame-rate front end), ``[B, mel, 2 * max_source_positions]`` (Whisper's
+    layout), else ``[B, 32, feature size]``."""
     config = model.config
     mel = config_value(config, "num_mel_bins")
     positions = config_value(config, "max_source_positions")
