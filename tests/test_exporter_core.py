@@ -270,7 +270,8 @@ def test_workarounds_apply_reversibly_and_are_recorded(monkeypatch):
     with pytest.raises(ValueError, match="already registered"):
         register_workaround(Workaround(id="test/patch", backend="dynamo", target="t", breaks="b", apply=apply))
     with pytest.raises(RuntimeError), applied_workarounds("dynamo", None, {}) as fired:
-        assert fired == ["test/patch"] and target["value"] == "patched"
+        # (of this test's three: the built-in ones for every backend, torch-real-tensor-offsets, fire too)
+        assert [f for f in fired if f.startswith("test/")] == ["test/patch"] and target["value"] == "patched"
         raise RuntimeError("trace failed")
     assert target["value"] == "original"
 

@@ -7,14 +7,33 @@ modeling_blt.py: "Could not guard on data-dependent expression Eq(u0, 1)"), and 
 sample's real values then met uninitialised memory in the check now and then ("found invalid values"), so BLT's
 export passed or failed from run to run. The check is a debugging aid of eager code, not part of the model's
 computation: it is off while tracing (``torch.distributions.Distribution.set_default_validate_args(False)``, restored
-after). Seen with torch 2.13; drop it once the constraint checks are traceable (no upstream issue known).
+after), for a model whose modeling code names ``torch.distributions``. Seen with torch 2.13; drop it once the constraint checks are traceable (no upstream issue known).
 """
 
 from __future__ import annotations
 
+import functools
+import sys
 from typing import Any
 
 from .registry import patch_attribute, workaround
+
+
+@functools.lru_cache(maxsize=None)
+def _names_distributions(module_name: str) -> bool:
+    """Whether a module's source mentions ``torch.distributions`` (read once per module)."""
+    module = sys.modules.get(module_name)
+    path = getattr(module, "__file__", None)
+    try:
+        with open(path, encoding="utf-8") as f:
+            return "distributions" in f.read()
+    except (OSError, TypeError):
+        return False
+
+
+def _builds_distributions(model: Any, inputs: dict) -> bool:
+    modules = getattr(model, "modules", None)
+    return callable(modules) and any(_names_distributions(type(m).__module__) for m in modules())
 
 
 @workaround(
@@ -25,6 +44,7 @@ from .registry import patch_attribute, workaround
     "values: 'Could not guard on data-dependent expression Eq(u0, 1)', and the real-value fallback is flaky on it",
     upstream=None,
     versions={"torch": ">=2.0,<2.14"},
+    applies=_builds_distributions,
 )
 def _apply(model: Any, inputs: dict):
     import torch.distributions
