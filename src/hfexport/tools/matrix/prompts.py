@@ -48,8 +48,8 @@ def _image_kwargs(model: Any, features: Any, gen: torch.Generator, batch: int) -
     (Qwen-VL-like towers)."""
     config = model.config
     params = inspect.signature(features).parameters
-    if not {"args", "kwargs"} < {*params} and hasattr(model.base_model, "get_image_features"):  # (a head class's
-        params = inspect.signature(model.base_model.get_image_features).parameters  # pass-through: its base's)
+    if {*params} <= {"args", "kwargs"} and hasattr(model.base_model, "get_image_features"):  # a head class's
+        params = inspect.signature(model.base_model.get_image_features).parameters  # pass-through: its base's
     if "target_sizes" in params:  # MiniCPM-V-like: patches packed in one row
         yield from packed_candidates(getattr(config, "vision_config", None) or config, gen, batch)
         return
