@@ -804,3 +804,27 @@ def test_a_generate_row_where_eager_stops_at_once_compares_new_tokens_tokens_not
     worker._generate_stage(model, "llama", "dynamo", result, "LlamaForCausalLM")
     assert result["status"] == "pass" and result["mismatched_tokens"] == 0, result
     assert calls == [(worker.NEW_TOKENS, 9 + worker.NEW_TOKENS)]
+
+
+@pytest.mark.parametrize("model_type, class_name", [("d_fine", "DFineModel"), ("deimv2", "Deimv2Model")])
+def test_convolutions_the_init_draws_small_get_a_scale_keeping_draw_so_query_scores_do_not_tie(model_type, class_name):
+    """D-FINE's and DEIMv2's init draws their convolutions from normal(0, 0.01): a dozen of them took the encoder's
+    input to ~1e-12, 320 of 336 detection scores fell on 5 values, and ONNX, OpenVINO and ExecuTorch rows read a 6.9
+    mismatch on init_reference_points while every score matched (topk broke the ties each its own way)."""
+    import torch
+    import transformers
+
+    model = build_model(model_type, class_name)
+    plain = getattr(transformers, class_name)._from_config(model.config, dtype=torch.float32).eval()
+    from hfexport.tools.matrix.weights import lift_vanishing_norms
+
+    lift_vanishing_norms(plain)  # the batch norms as the matrix builds them: the convolutions alone differ
+    inputs = sample_inputs(model, model_type)
+    with torch.no_grad():
+        tied = plain(**inputs).enc_outputs_class.amax(-1)
+        scores = model(**inputs).enc_outputs_class.amax(-1)
+    assert len(torch.unique(tied[0])) < 50  # most of the 336 anchors share a handful of scores
+    top = torch.topk(scores, model.config.num_queries, dim=1).values
+    assert all(len(torch.unique(row)) == model.config.num_queries for row in top)  # no tie among the queries kept
+    again = build_model(model_type, class_name)  # seeded: every build draws the same weights
+    assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), again.state_dict().values()))

@@ -417,7 +417,7 @@ def _build(cls: Any, config: Any) -> Any:
     import torch
     from transformers import GenerationConfig
 
-    from .weights import lift_vanishing_norms, seed_zero_routers
+    from .weights import lift_vanishing_convs, lift_vanishing_norms, seed_zero_routers
 
     wanted = getattr(cls, "config_class", None)
     if isinstance(wanted, type) and not isinstance(config, wanted):  # a decoder class of a composite model type
@@ -447,6 +447,7 @@ def _build(cls: Any, config: Any) -> Any:
         model = cls._from_config(config, attn_implementation=attn, dtype=torch.float32)
         seed_zero_routers(model)
         lift_vanishing_norms(model)
+        lift_vanishing_convs(model)
     model.eval()
     if model.can_generate():
         # the top-level value first: Whisper's get_text_config() answers a decoder config with default ids
