@@ -148,6 +148,10 @@ OVERRIDES: dict[str, dict[str, Any]] = {
     # no feature level by default (projector_scale_factors=()): its encoder concatenates an empty list; the LW-DETR
     # checkpoints read one level at scale 1
     "lw_detr": {"projector_scale_factors": [1.0]},
+    # a detector's topk keeps 300 of the 336 anchors of a 128-pixel image: neighbouring scores lie ~1e-6 apart and
+    # each runtime's rounding orders them its own way (D-FINE's ONNX row read 1.2 on last_hidden_state in the matrix,
+    # 7e-6 in a plain process); the 8 queries the second try gives RT-DETR lie 1.2e-4 (DEIMv2) to 5e-3 apart
+    **dict.fromkeys(("d_fine", "deimv2", "pp_doclayout_v3", "pp_doclayout_v4"), {"num_queries": 8}),
     # its head concatenates one feature map per bridge stage (6 x 128 channels), the default backbone reads stage6
     # only; the checkpoints read all six
     "uvdoc": {"backbone_config": {"out_indices": [1, 2, 3, 4, 5, 6],

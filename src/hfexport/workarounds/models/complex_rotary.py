@@ -8,8 +8,12 @@ not in Core ATen ops"), and torchlib has no complex ``unsqueeze`` ("No ONNX func
 onnxscript 0.7.0). While tracing for OpenVINO, the rotary embedding returns each position's
 ``(cos, sin)`` pairs as a real ``[..., dim / 2, 2]`` tensor (scaled as the complex one was) and ``apply_rotary_emb``
 rotates each (even, odd) pair with them: ``(a cos - b sin, a sin + b cos)``, the same products as the complex
-multiply. Nothing else reads the rotary embedding's output. Drop each backend's once it converts ``aten.polar`` and
-complex multiplication.
+multiply. Nothing else reads the rotary embedding's output. Llama-4's vision tower keeps its table as a complex
+buffer (``Llama4VisionRotaryEmbedding.freqs_ci``) and ``vision_apply_rotary_emb`` multiplies by it the same way:
+OpenVINO converted the buffer as real ``[patches, 1, pairs, 2]`` pairs, then refused the complex ``view`` that
+broadcasts it ("Requested output shape [1,17,1,8] is incompatible"), and ``to_edge`` refused the complex ops; while
+tracing, the buffer is its ``view_as_real`` pairs and the tower rotates with them. Drop each backend's once it
+converts ``aten.polar`` and complex multiplication.
 """
 
 from __future__ import annotations
@@ -54,6 +58,24 @@ def _real_apply(heads_axis: int) -> Callable[..., tuple[torch.Tensor, torch.Tens
     return apply_rotary_emb
 
 
+_VISION_MODULE, _VISION_ROTARY = "transformers.models.llama4.modeling_llama4", "Llama4VisionRotaryEmbedding"
+
+
+def _real_vision_apply(query: torch.Tensor, key: torch.Tensor, freqs_ci: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """``vision_apply_rotary_emb`` with the table as real pairs ``[patches, 1, pairs, 2]``; queries and keys are
+    ``[batch, patches, heads, head_dim]``."""
+    table = freqs_ci.reshape(1, query.shape[1], 1, -1, 2).to(query.device)
+    return rotate_pairs(query, table), rotate_pairs(key, table)
+
+
+def _vision_rotaries(model: Any) -> list[Any]:
+    module = sys.modules.get(_VISION_MODULE)
+    kind = getattr(module, _VISION_ROTARY, None) if module is not None else None
+    if kind is None or not hasattr(model, "modules"):
+        return []
+    return [m for m in model.modules() if type(m) is kind and torch.is_complex(m.freqs_ci)]
+
+
 def _modules(model: Any) -> list[tuple[Any, str, int]]:
     found = []
     for name, (rotary, axis) in _MODELS.items():
@@ -71,6 +93,11 @@ def _apply(model: Any, inputs: dict):
     for module, rotary, axis in _modules(model):
         undos.append(patch_attribute(getattr(module, rotary), "forward", _real_rotary))
         undos.append(patch_attribute(module, "apply_rotary_emb", _real_apply(axis)))
+    vision = _vision_rotaries(model)
+    for rotary in vision:  # (a non-persistent buffer: the checkpoint and state dict do not hold it)
+        undos.append(patch_attribute(rotary, "freqs_ci", torch.view_as_real(rotary.freqs_ci).contiguous()))
+    if vision:
+        undos.append(patch_attribute(sys.modules[_VISION_MODULE], "vision_apply_rotary_emb", _real_vision_apply))
     return undo_all(undos)
 
 
@@ -88,10 +115,11 @@ for _backend, _versions, _breaks, _upstream in (
     register_workaround(Workaround(
         id=f"{_backend}-complex-rotary",
         backend=_backend,
-        target="transformers DeepseekV2RotaryEmbedding / Llama4TextRotaryEmbedding and their apply_rotary_emb",
+        target="transformers DeepseekV2RotaryEmbedding / Llama4TextRotaryEmbedding and their apply_rotary_emb, "
+        "Llama4VisionRotaryEmbedding and vision_apply_rotary_emb",
         breaks=_breaks,
         upstream=_upstream,
         versions=_versions,
         apply=_apply,
-        applies=lambda model, inputs: bool(_modules(model)),
+        applies=lambda model, inputs: bool(_modules(model) or _vision_rotaries(model)),
     ))
