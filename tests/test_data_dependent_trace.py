@@ -117,6 +117,25 @@ def test_a_slice_at_an_offset_read_from_a_tensor_traces_with_real_values():
     assert torch.allclose(exported(**inputs), model(**inputs), atol=1e-6)
 
 
+def test_a_slices_storage_offset_is_not_among_the_checks_a_runtime_makes(monkeypatch):
+    """torch asserts ``storage_offset >= 0`` of a slice at an unbacked start; OpenVINO's frontend has no rule for
+    ``aten.sym_storage_offset`` ("No conversion rule found", MiniCPM-OCR), and the check holds for every tensor."""
+    pytest.importorskip("openvino", reason="the OpenVINO backend's own package (pip install hfexport[openvino])")
+    from hfexport import OpenVINOConfig, OpenVINOExporter
+    from hfexport.capture import assumptions
+
+    model, inputs = PackedSlices(), {"packed": torch.randn(1, 10, 4), "sizes": torch.tensor([4, 6])}
+    kept = DynamoExporter().export(model, inputs, DynamoConfig(dynamic=False)).program
+    assert any(n.target is torch.ops.aten.sym_storage_offset.default for n in kept.graph.nodes)  # Dynamo asserts it
+    exported = OpenVINOExporter().export(model, inputs, OpenVINOConfig(dynamic=False))
+    assert "Ne(u0, 1)" in exported.components["model"].metadata.assumptions  # the branch is still checked
+    assert torch.allclose(exported(**inputs), model(**inputs), atol=1e-6)
+
+    monkeypatch.setattr(assumptions, "_holds_always", lambda condition: False)
+    with pytest.raises(ExportError, match="sym_storage_offset"):
+        OpenVINOExporter().export(model, inputs, OpenVINOConfig(dynamic=False))
+
+
 class EntropyScore(torch.nn.Module):
     """BLT's patcher in small: the entropy of a Categorical built in the forward, which validates its logits."""
 

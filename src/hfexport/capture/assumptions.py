@@ -40,6 +40,7 @@ _TENSOR_OPS: dict[Any, Any] = {
 }
 _ITEM = (aten._local_scalar_dense.default, aten.item.default)
 _ALL_TRUE = aten._is_all_true.default
+_OFFSET = aten.sym_storage_offset.default
 
 
 def assumption_text(node: torch.fx.Node) -> str:
@@ -71,6 +72,9 @@ def assumptions_as_outputs(program: torch.export.ExportedProgram) -> list[str]:
     tensors: dict[torch.fx.Node, torch.fx.Node] = {}
     checks, texts = [], []
     for node in asserts:
+        if _holds_always(node.args[0]):
+            graph.erase_node(node)
+            continue
         with graph.inserting_before(output):
             check = _as_tensor(graph, node.args[0], tensors, fake_mode)
             if check.meta["val"].dtype != torch.bool:
@@ -79,6 +83,10 @@ def assumptions_as_outputs(program: torch.export.ExportedProgram) -> list[str]:
         texts.append(assumption_text(node))
         graph.erase_node(node)
     _erase_dead_scalars(graph)
+    if not checks:
+        graph.lint()
+        program.graph_module.recompile()
+        return []
     output.args = ((*output.args[0], *checks),)
     program.graph_signature.output_specs.extend(
         OutputSpec(OutputKind.USER_OUTPUT, TensorArgument(c.name), None) for c in checks)
@@ -130,10 +138,19 @@ def _as_tensor(graph: torch.fx.Graph, arg: Any, tensors: dict, fake_mode: Any) -
     return result
 
 
+def _holds_always(condition: Any) -> bool:
+    """``storage_offset(x) >= 0``: torch asserts it of a slice that starts at a data-dependent index (MiniCPM-V's
+    ``hidden_states[0, start : start + n]``); it holds for every tensor, and the runtimes these programs go to have no
+    storage offset to compute it from (OpenVINO's frontend: no conversion rule for ``aten.sym_storage_offset``)."""
+    return (isinstance(condition, torch.fx.Node) and condition.target is operator.ge
+            and isinstance(condition.args[0], torch.fx.Node) and condition.args[0].target is _OFFSET
+            and condition.args[1] == 0)
+
+
 def _erase_dead_scalars(graph: torch.fx.Graph) -> None:
     """Erase the symbolic scalars (and ``item()`` reads) nothing uses any more, last first."""
     for node in reversed(list(graph.nodes)):
         if node.op != "call_function" or node.users:
             continue
-        if node.target in _TENSOR_OPS or node.target in _ITEM or node.target is _ALL_TRUE:
+        if node.target in _TENSOR_OPS or node.target in _ITEM or node.target in (_ALL_TRUE, _OFFSET):
             graph.erase_node(node)
