@@ -59,3 +59,63 @@ def test_llama4_vision_towers_complex_rotary_converts_and_matches_eager(monkeypa
     monkeypatch.setattr(complex_rotary, "_vision_rotaries", lambda model: [])
     with pytest.raises(Exception, match="incompatible with input shape"):
         OpenVINOExporter().export(tower, inputs, OpenVINOConfig(dynamic=False))
+
+
+class _Bags(torch.nn.Module):
+    """Kimi-K2.5's position table in small: fixed-size weighted bags over a table, as many as the input has rows."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.table = torch.nn.Parameter(torch.randn(20, 8))
+
+    def forward(self, indices: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+        return torch.nn.functional.embedding_bag(indices, self.table, per_sample_weights=weights, mode="sum")
+
+
+def test_fixed_size_bags_of_a_dynamic_count_compile_and_match_eager(monkeypatch):
+    """The CPU plugin could not compile EmbeddingBagOffsets over a dynamic bag input ("to_shape was called on a
+    dynamic shape"; checked below with the rewrite off); openvino-embedding-bag gathers and sums instead."""
+    from hfexport.workarounds import openvino_embedding_bag
+
+    torch.manual_seed(0)
+    model = _Bags()
+
+    def sample(rows: int) -> dict:
+        return {"indices": torch.randint(0, 20, (rows, 4)), "weights": torch.rand(rows, 4)}
+
+    exported = OpenVINOExporter().export(model, sample(6), OpenVINOConfig(dynamic=True))
+    assert "openvino-embedding-bag" in exported.components["model"].metadata.workarounds
+    for rows in (6, 3, 11):
+        inputs = sample(rows)
+        assert torch.allclose(exported(**inputs), model(**inputs), atol=1e-5), rows
+
+    monkeypatch.setattr(openvino_embedding_bag, "bags_as_gather", lambda original: original)
+    unfixed = OpenVINOExporter().export(model, sample(6), OpenVINOConfig(dynamic=True))
+    with pytest.raises(RuntimeError, match="to_shape was called on a dynamic shape"):
+        unfixed(**sample(6))
+
+
+class _SplitMask(torch.nn.Module):
+    """GLM-5-Next's indexer in small: packed states split unevenly, the last channel read as a mask."""
+
+    def forward(self, packed: torch.Tensor) -> torch.Tensor:
+        keys, scores, valid = torch.split(packed, [4, 4, 1], dim=-1)
+        return torch.where(valid.bool(), keys * scores, torch.zeros_like(keys))
+
+
+def test_an_uneven_split_piece_read_as_bool_compiles_and_matches_eager(monkeypatch):
+    """VariadicSplit then Convert(boolean) did not compile ("Default output not supported"; checked below with the
+    rewrite off); openvino-split-to-bool compares the piece with zero."""
+    from hfexport.workarounds import openvino_split_to_bool
+
+    packed = torch.randn(2, 5, 9)
+    packed[..., -1] = torch.tensor([0.0, 1.0, 0.0, 2.0, float("nan")])  # zero, ones, and NaN (true, as in torch)
+    model = _SplitMask()
+    exported = OpenVINOExporter().export(model, {"packed": packed}, OpenVINOConfig(dynamic=False))
+    assert torch.equal(torch.isnan(exported(packed=packed)), torch.isnan(model(packed)))
+    assert torch.allclose(exported(packed=packed).nan_to_num(), model(packed).nan_to_num(), atol=1e-6)
+
+    monkeypatch.setattr(openvino_split_to_bool, "split_pieces_compared_with_zero", lambda program: 0)
+    unfixed = OpenVINOExporter().export(model, {"packed": packed}, OpenVINOConfig(dynamic=False))
+    with pytest.raises(RuntimeError, match="Default output not supported"):
+        unfixed(packed=packed)

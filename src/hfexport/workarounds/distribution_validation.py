@@ -12,28 +12,13 @@ after), for a model whose modeling code names ``torch.distributions``. Seen with
 
 from __future__ import annotations
 
-import functools
-import sys
 from typing import Any
 
-from .registry import patch_attribute, workaround
-
-
-@functools.lru_cache(maxsize=None)
-def _names_distributions(module_name: str) -> bool:
-    """Whether a module's source mentions ``torch.distributions`` (read once per module)."""
-    module = sys.modules.get(module_name)
-    path = getattr(module, "__file__", None)
-    try:
-        with open(path, encoding="utf-8") as f:
-            return "distributions" in f.read()
-    except (OSError, TypeError):
-        return False
+from .registry import modeling_code_names, patch_attribute, workaround
 
 
 def _builds_distributions(model: Any, inputs: dict) -> bool:
-    modules = getattr(model, "modules", None)
-    return callable(modules) and any(_names_distributions(type(m).__module__) for m in modules())
+    return modeling_code_names(model, "distributions")
 
 
 @workaround(

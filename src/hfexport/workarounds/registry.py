@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import importlib
 import importlib.metadata
 import sys
@@ -95,6 +96,25 @@ def uses_class(model: Any, module_name: str, class_name: str) -> bool:
     module = sys.modules.get(module_name)
     cls = getattr(module, class_name, None) if module is not None else None
     return cls is not None and hasattr(model, "modules") and any(type(m) is cls for m in model.modules())
+
+
+@functools.lru_cache(maxsize=None)
+def _module_source_names(module_name: str, text: str) -> bool:
+    module = sys.modules.get(module_name)
+    path = getattr(module, "__file__", None)
+    try:
+        with open(path, encoding="utf-8") as f:
+            return text in f.read()
+    except (OSError, TypeError):
+        return False
+
+
+def modeling_code_names(model: Any, text: str) -> bool:
+    """Whether the source of a module that defines one of ``model``'s submodules contains ``text`` (each module read
+    once): a workaround's ``applies`` for a call the modeling code makes (``torch.distributions``,
+    ``F.embedding_bag``)."""
+    modules = getattr(model, "modules", None)
+    return callable(modules) and any(_module_source_names(type(m).__module__, text) for m in modules())
 
 
 #: The ``backend`` of the workarounds that make a package importable: an import hook applies one (through
@@ -186,7 +206,7 @@ BUILTIN_MODULES = tuple(f"hfexport.workarounds.{name}" for name in (
     "executorch_view_bounds", "executorch_sym_mod", "torchvision_ops", "executorch_index_dtype",
     "executorch_unbacked_strides", "models.series_attention_mask", "models.precomputed_kwargs", "onnx_index_one_axis",
     "executorch_duplicate_validation", "torch_real_tensor_offsets", "scatter_reduce", "distribution_validation",
-    "openvino_item_dtype",
+    "openvino_item_dtype", "openvino_embedding_bag", "openvino_split_to_bool",
 ))
 
 
