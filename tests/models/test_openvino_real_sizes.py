@@ -90,7 +90,13 @@ CASES = [(attn, cache) for attn in ("sdpa", "eager") for cache in ("static", "dy
 GROWING = [pytest.param("sdpa", "growing", id="sdpa-growing", marks=pytest.mark.sweep)]
 
 
-@pytest.mark.parametrize("attn,cache", [pytest.param(*c, id="-".join(c)) for c in CASES] + GROWING)
+# eager attention over the dynamic cache (40 s) in the sweep too, for the suite's time: eager-static and
+# sdpa-dynamic cover its attention and its cache by default
+SHORT = [pytest.param(*c, id="-".join(c), marks=[pytest.mark.sweep] if c == ("eager", "dynamic") else [])
+         for c in CASES] + GROWING
+
+
+@pytest.mark.parametrize("attn,cache", SHORT)
 def test_short_prompt_matches_eager(attn, cache):
     check(attn, cache, tokens=12, new_tokens=16)
 
