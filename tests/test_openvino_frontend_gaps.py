@@ -119,3 +119,32 @@ def test_an_uneven_split_piece_read_as_bool_compiles_and_matches_eager(monkeypat
     unfixed = OpenVINOExporter().export(model, {"packed": packed}, OpenVINOConfig(dynamic=False))
     with pytest.raises(RuntimeError, match="Default output not supported"):
         unfixed(packed=packed)
+
+
+class _TokenFill(torch.nn.Module):
+    """Chameleon's logits in small: the image tokens' logits set to the dtype's minimum (a negative id included)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("image_tokens", torch.tensor([3, 5, -1]), persistent=False)
+
+    def forward(self, logits: torch.Tensor) -> torch.Tensor:
+        logits = logits * 2
+        logits[:, :, self.image_tokens] = torch.finfo(logits.dtype).min
+        return logits
+
+
+def test_a_value_written_at_ids_along_one_axis_converts_and_matches_eager(monkeypatch):
+    """index_put(x, [None, None, ids], value) did not convert ("cannot convert SequenceMark, aten.index_put";
+    checked below with the rewrite off); openvino-mask-fill writes it as a where over a mask of the ids."""
+    from hfexport.workarounds import openvino_mask_fill
+
+    logits = torch.randn(2, 4, 8)
+    want = _TokenFill()(logits)
+    assert (want[..., [3, 5, 7]] == torch.finfo(torch.float32).min).all() and not torch.equal(want, logits * 2)
+    exported = OpenVINOExporter().export(_TokenFill(), {"logits": logits}, OpenVINOConfig(dynamic=False))
+    assert torch.equal(exported(logits=logits), want)
+
+    monkeypatch.setattr(openvino_mask_fill, "_is_axis_fill", lambda node: False)
+    with pytest.raises(Exception, match="SequenceMark"):
+        OpenVINOExporter().export(_TokenFill(), {"logits": logits}, OpenVINOConfig(dynamic=False))
