@@ -154,3 +154,29 @@ def test_an_int32_index_of_scatter_add_is_taken(without_workaround):
     without_workaround("executorch-int32-index")  # the premise: the edge verifier takes int64 indices only
     with pytest.raises(Exception, match="mismatched dtypes"):
         ExecutorchExporter().export(CountPicks(), {"picks": picks}, ExecutorchConfig(dynamic=True))
+
+
+class ResizeTo(torch.nn.Module):
+    """Siglip 2's position table in small: resampled to a grid whose sides are read from a tensor."""
+
+    def forward(self, x, grid):
+        rows, cols = grid[0].item(), grid[1].item()
+        return torch.nn.functional.interpolate(x, size=(rows, cols), mode="bilinear") * 2
+
+
+def test_a_size_read_from_a_static_input_is_planned_at_a_cap(monkeypatch):
+    """With static inputs the program had no dynamic dim, so the sizes read from a tensor kept no upper bound and the
+    planner refused them ("Cannot evaluate a finite upper bound for symbolic expression u..": Siglip 2, SAM 3,
+    V-JEPA 2, Mimi); each is capped like a length."""
+    from hfexport.backends.executorch import bounds
+
+    model = ResizeTo()
+    inputs = {"x": torch.randn(1, 3, 4, 4), "grid": torch.tensor([6, 5])}
+    exported = ExecutorchExporter().export(model, inputs, ExecutorchConfig(dynamic=False))
+    assert torch.allclose(exported(**inputs), model(**inputs), atol=1e-5)
+    other = {"x": inputs["x"], "grid": torch.tensor([3, 9])}  # another grid within the cap runs too
+    assert torch.allclose(exported(**other), model(**other), atol=1e-5)
+
+    monkeypatch.setattr(bounds, "_read_sizes_env", lambda program: None)
+    with pytest.raises(Exception, match="finite upper bound"):
+        ExecutorchExporter().export(model, inputs, ExecutorchConfig(dynamic=False))

@@ -8,7 +8,9 @@ named for pixels, images or video: ``pixel_values``, ``pixel_values_videos``) th
 images or frames (its other dims) ``max(4 x traced, 8)`` as a batch; any other ``max(4 x traced, 512)``. A
 processor resizes images to one size, and activations grow with the square of the patches (attention over them with
 their square again): a tiny vision tower traced at 32 x 32 and planned at 512 x 512 for a batch of 8 planned 7 GiB.
-An explicit ``dynamic_shapes`` with ``Dim(max=...)`` keeps its own bound (pass one to take larger images).
+An explicit ``dynamic_shapes`` with ``Dim(max=...)`` keeps its own bound (pass one to take larger images). A size
+read from a tensor (``u0 = grid[0].item()``, with static inputs too) has no traced value and takes the length rule:
+512; a larger one fails at run time as a larger input does.
 """
 
 from __future__ import annotations
@@ -55,6 +57,8 @@ def cap_dynamic_dims(program: torch.export.ExportedProgram) -> dict[str, int]:
                     batch.add(size.node.expr)
                 elif node.name in user_inputs and _is_image(node.name, value):
                     (spatial if dim >= value.dim() - 2 else counts).add(size.node.expr)
+    if shape_env is None:  # static inputs: the sizes read from a tensor (``u0 = t.item()``) are still symbols
+        shape_env = _read_sizes_env(program)
     if shape_env is None:
         return {}
     hints = getattr(shape_env, "backed_var_to_val", None) or shape_env.var_to_val
@@ -79,3 +83,12 @@ def cap_dynamic_dims(program: torch.export.ExportedProgram) -> dict[str, int]:
         logger.info("ExecuTorch plans dynamic dims up to: %s (pass dynamic_shapes with Dim(max=...) to choose)",
                     ", ".join(f"{s}<={c}" for s, c in caps.items()))
     return {str(s): c for s, c in caps.items()}
+
+
+
+def _read_sizes_env(program: torch.export.ExportedProgram):
+    """The shape environment of a program whose inputs are static, through the sizes it reads from tensors; ``None``
+    when it reads none. (Without it, such a program kept them unbounded and the planner refused it: "Cannot evaluate
+    a finite upper bound for symbolic expression u100", Siglip 2's position table resampled to its grid.)"""
+    return next((v.node.shape_env for v in (n.meta.get("val") for n in program.graph.nodes)
+                 if isinstance(v, torch.SymInt)), None)
