@@ -1,5 +1,6 @@
 """OpenVINO: what its PyTorch frontend does not convert as torch.export writes it, and the workarounds that convert
-it (openvino-int32-item, openvino-complex-rotary on Llama-4's vision tower)."""
+it (openvino-int32-item, openvino-complex-rotary on Llama-4's vision tower, openvino-split-to-bool,
+openvino-mask-fill; openvino-embedding-bag: tests/test_embedding_bag.py)."""
 
 from __future__ import annotations
 
@@ -59,40 +60,6 @@ def test_llama4_vision_towers_complex_rotary_converts_and_matches_eager(monkeypa
     monkeypatch.setattr(complex_rotary, "_vision_rotaries", lambda model: [])
     with pytest.raises(Exception, match="incompatible with input shape"):
         OpenVINOExporter().export(tower, inputs, OpenVINOConfig(dynamic=False))
-
-
-class _Bags(torch.nn.Module):
-    """Kimi-K2.5's position table in small: fixed-size weighted bags over a table, as many as the input has rows."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.table = torch.nn.Parameter(torch.randn(20, 8))
-
-    def forward(self, indices: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
-        return torch.nn.functional.embedding_bag(indices, self.table, per_sample_weights=weights, mode="sum")
-
-
-def test_fixed_size_bags_of_a_dynamic_count_compile_and_match_eager(monkeypatch):
-    """The CPU plugin could not compile EmbeddingBagOffsets over a dynamic bag input ("to_shape was called on a
-    dynamic shape"; checked below with the rewrite off); openvino-embedding-bag gathers and sums instead."""
-    from hfexport.workarounds import openvino_embedding_bag
-
-    torch.manual_seed(0)
-    model = _Bags()
-
-    def sample(rows: int) -> dict:
-        return {"indices": torch.randint(0, 20, (rows, 4)), "weights": torch.rand(rows, 4)}
-
-    exported = OpenVINOExporter().export(model, sample(6), OpenVINOConfig(dynamic=True))
-    assert "openvino-embedding-bag" in exported.components["model"].metadata.workarounds
-    for rows in (6, 3, 11):
-        inputs = sample(rows)
-        assert torch.allclose(exported(**inputs), model(**inputs), atol=1e-5), rows
-
-    monkeypatch.setattr(openvino_embedding_bag, "bags_as_gather", lambda original: original)
-    unfixed = OpenVINOExporter().export(model, sample(6), OpenVINOConfig(dynamic=True))
-    with pytest.raises(RuntimeError, match="to_shape was called on a dynamic shape"):
-        unfixed(**sample(6))
 
 
 class _SplitMask(torch.nn.Module):

@@ -1,4 +1,4 @@
-"""OpenVINO: an ``embedding_bag`` of fixed-size bags (a 2-D input) traced as a gather and a reduction.
+"""OpenVINO, ExecuTorch: an ``embedding_bag`` of fixed-size bags (a 2-D input) traced as a gather and a reduction.
 
 ``F.embedding_bag`` converts to OpenVINO's ``EmbeddingBagOffsets``, and the CPU plugin cannot compile that node where
 the bag input's length is dynamic: ``compile_model`` stops with "to_shape was called on a dynamic shape" (openvino
@@ -7,14 +7,16 @@ position table to each image's grid with one ``embedding_bag`` over ``[patches, 
 weights, whose patch count comes from the image sizes. A 2-D input is a batch of bags of one size, so while tracing
 for OpenVINO ``F.embedding_bag`` of a 2-D input computes ``weight[input]`` (weighted by ``per_sample_weights``)
 reduced over each bag (sum, mean or max, as ``mode`` says); other calls (1-D input with offsets, ``max_norm``,
-``padding_idx``) go to torch's own. Drop it once the plugin compiles a dynamic ``EmbeddingBagOffsets``.
+``padding_idx``) go to torch's own. ExecuTorch's runtime has no kernel for ``aten._embedding_bag`` (the method
+fails to load, error 0x14): the same rewrite there. Drop each once the plugin compiles a dynamic
+``EmbeddingBagOffsets`` / the runtime has the kernel.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from .registry import modeling_code_names, patch_attribute, workaround
+from .registry import Workaround, modeling_code_names, patch_attribute, register_workaround
 
 __all__ = ["bags_as_gather"]
 
@@ -40,17 +42,27 @@ def bags_as_gather(original: Any) -> Any:
     return embedding_bag
 
 
-@workaround(
-    id="openvino-embedding-bag",
-    backend="openvino",
-    target="OpenVINO CPU plugin: EmbeddingBagOffsets with a dynamic bag input",
-    breaks="compile_model fails with 'to_shape was called on a dynamic shape' for an embedding_bag whose input "
-    "length depends on the inputs (Kimi-K2.5's vision position table, resampled per image)",
-    upstream=None,
-    versions={"openvino": ">=2024.0,<2027"},
-    applies=lambda model, inputs: modeling_code_names(model, "embedding_bag"),
-)
 def _apply(model: Any, inputs: dict):
     import torch.nn.functional as F
 
     return patch_attribute(F, "embedding_bag", bags_as_gather(F.embedding_bag))
+
+
+for _backend, _versions, _target, _breaks in (
+    ("openvino", {"openvino": ">=2024.0,<2027"}, "OpenVINO CPU plugin: EmbeddingBagOffsets with a dynamic bag input",
+     "compile_model fails with 'to_shape was called on a dynamic shape' for an embedding_bag whose input length "
+     "depends on the inputs (Kimi-K2.5's vision position table, resampled per image)"),
+    ("executorch", {"executorch": ">=0.6,<1.6"}, "ExecuTorch portable kernels: no aten._embedding_bag",
+     "the program fails to load: 'Failed to load method forward, error: 0x:14' (an operator without a kernel; "
+     "Kimi-K2.5's vision position table)"),
+):
+    register_workaround(Workaround(
+        id=f"{_backend}-embedding-bag",
+        backend=_backend,
+        target=_target,
+        breaks=_breaks,
+        upstream=None,
+        versions=_versions,
+        apply=_apply,
+        applies=lambda model, inputs: modeling_code_names(model, "embedding_bag"),
+    ))
