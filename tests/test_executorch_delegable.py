@@ -70,3 +70,32 @@ def test_a_program_without_the_patterns_is_left_as_it_is():
     before = program.graph_module.code
     assert make_delegable(program) == {"rotate_half": 0, "mean": 0, "view": 0, "alias": 0}
     assert program.graph_module.code == before
+
+
+class _OutputAndItsCopy(torch.nn.Module):
+    """PE Audio's encoder in small: one value returned as it is and as a copy (``.clone()``/``.contiguous()``)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = torch.nn.Linear(8, 8)
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        hidden = self.linear(x)
+        return hidden * 2, hidden, hidden.clone()
+
+
+def test_a_partition_returning_a_value_and_its_copy_lowers_and_matches_eager(monkeypatch):
+    """XNNPACK's passes removed the copy and the partition returned one node twice, which its serializer refused
+    ("Output node ... is already in the inputs"; checked below with the rewrite off); the repeat is copied back."""
+    from hfexport import ExecutorchConfig, ExecutorchExporter
+    from hfexport.workarounds import executorch_xnnpack_repeated_outputs
+
+    model, x = _OutputAndItsCopy(), torch.randn(2, 4, 8)
+    exported = ExecutorchExporter().export(model, {"x": x}, ExecutorchConfig(dynamic=False))
+    got, want = exported(x=x), model(x)
+    assert len(got) == 3 and all(torch.allclose(g, w, atol=1e-5) for g, w in zip(got, want))
+    assert got[1].data_ptr() != got[2].data_ptr()  # two outputs, two buffers
+
+    monkeypatch.setattr(executorch_xnnpack_repeated_outputs, "copy_repeated_outputs", lambda program: 0)
+    with pytest.raises(Exception, match="already in the inputs"):
+        ExecutorchExporter().export(model, {"x": x}, ExecutorchConfig(dynamic=False))

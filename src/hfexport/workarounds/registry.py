@@ -206,7 +206,7 @@ BUILTIN_MODULES = tuple(f"hfexport.workarounds.{name}" for name in (
     "executorch_view_bounds", "executorch_sym_mod", "torchvision_ops", "executorch_index_dtype",
     "executorch_unbacked_strides", "models.series_attention_mask", "models.precomputed_kwargs", "onnx_index_one_axis",
     "executorch_duplicate_validation", "torch_real_tensor_offsets", "scatter_reduce", "distribution_validation",
-    "openvino_item_dtype", "embedding_bag", "openvino_split_to_bool",
+    "openvino_item_dtype", "embedding_bag", "openvino_split_to_bool", "executorch_xnnpack_repeated_outputs",
 ))
 
 
