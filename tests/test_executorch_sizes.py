@@ -13,6 +13,8 @@ Both stopped LongT5 and Qwen2.5-VL's dynamic exports (their generate rows, in th
 
 from __future__ import annotations
 
+import importlib
+
 import pytest
 import torch
 
@@ -180,3 +182,37 @@ def test_a_size_read_from_a_static_input_is_planned_at_a_cap(monkeypatch):
     monkeypatch.setattr(bounds, "_read_sizes_env", lambda program: None)
     with pytest.raises(Exception, match="finite upper bound"):
         ExecutorchExporter().export(model, inputs, ExecutorchConfig(dynamic=False))
+
+
+class MergeByGrid(torch.nn.Module):
+    """LFM3-VL's and Video-LLaMA 3's towers in small: static patches merged 2 x 2 by a grid read from a tensor."""
+
+    def forward(self, x, grid):
+        t, h, w = grid[0].tolist()
+        y = x.view(t, h // 2, 2, w // 2, 2, x.shape[-1]).permute(0, 1, 3, 2, 4, 5)
+        return y.reshape(t * (h // 2) * (w // 2), 4 * x.shape[-1]) * 2
+
+
+@pytest.mark.parametrize("unfixed, error", [
+    (None, None),
+    ("hfexport.workarounds.executorch_transposed_views._may_be_contiguous", "data-dependent expression Eq"),
+    ("hfexport.workarounds.executorch_view_bounds.dynamism_differs", "shape_dynamism=1"),
+])
+def test_patches_merged_by_a_grid_read_from_a_tensor_lower_and_match_eager(monkeypatch, unfixed, error):
+    """Each lowering step that met the grid's data-dependent sizes, checked with its fix off: the transposed-view
+    copy asked the transpose whether it is contiguous (a guard), the view spec refused a dynamic view of a static
+    base. (The _ViewSpec's own stride order, executorch-unbacked-stride-order's new caller, needs a dynamic base:
+    LFM3-VL's tower in the matrix.)"""
+    model, x = MergeByGrid(), torch.randn(16, 8)
+    if unfixed is None:
+        exported = ExecutorchExporter().export(model, {"x": x, "grid": torch.tensor([[1, 4, 4]])},
+                                               ExecutorchConfig(dynamic=False))
+        for grid in ([[1, 4, 4]], [[1, 2, 8]]):  # the traced grid and another one of the same patches
+            grid = torch.tensor(grid)
+            assert torch.equal(exported(x=x, grid=grid), model(x, grid)), grid
+        return
+    module, name = unfixed.rsplit(".", 1)
+    monkeypatch.setattr(importlib.import_module(module), name,
+                        (lambda v: bool(v.is_contiguous())) if name == "_may_be_contiguous" else (lambda node: False))
+    with pytest.raises(Exception, match=error):
+        ExecutorchExporter().export(model, {"x": x, "grid": torch.tensor([[1, 4, 4]])}, ExecutorchConfig(dynamic=False))

@@ -40,13 +40,25 @@ def _copy_before_view(graph: Any, node: Any) -> bool:
     source = node.args[0]
     value = traced(source)
     if not (isinstance(source, torch.fx.Node) and source.target in (aten.transpose.int, aten.permute.default)
-            and isinstance(value, torch.Tensor) and value.dim() > 1 and value.is_contiguous()):
+            and isinstance(value, torch.Tensor) and value.dim() > 1 and _may_be_contiguous(value)):
         return False
     with graph.inserting_before(node):
         copy = graph.call_function(aten.clone.default, (source,), {"memory_format": torch.contiguous_format})
     copy.meta["val"] = value.clone(memory_format=torch.contiguous_format)
     node.args = (copy, *node.args[1:])
     return True
+
+
+def _may_be_contiguous(value: Any) -> bool:
+    """Whether the traced value may be contiguous: where its sizes are read from tensors, contiguity can be
+    undecidable (``is_contiguous`` raised a data-dependent guard on LFM3-VL's patch grid, ``Eq(256*u0*(u1//2)*
+    (u2//2), 0)``) and the copy, right either way, is made."""
+    from torch.fx.experimental.symbolic_shapes import GuardOnDataDependentSymNode
+
+    try:
+        return bool(value.is_contiguous())
+    except GuardOnDataDependentSymNode:
+        return True
 
 
 @workaround(

@@ -24,7 +24,8 @@ from .registry import Undo, patch_attribute, undo_all, workaround
 __all__ = ["dim_order_known_or_positional"]
 
 # the modules that call it by a name of their own (imported from exir.tensor)
-_CALLERS = ("executorch.exir.tensor", "executorch.exir.tensor_layout", "executorch.exir.emit._emitter")
+_CALLERS = ("executorch.exir.tensor", "executorch.exir.tensor_layout", "executorch.exir.emit._emitter",
+            "executorch.exir.passes.replace_view_copy_with_view_pass")  # (its _ViewSpec: LFM3-VL's patch grid)
 
 
 def dim_order_known_or_positional(stride: tuple[Any, ...]) -> tuple[int, ...]:

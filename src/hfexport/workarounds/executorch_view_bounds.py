@@ -11,6 +11,12 @@ bytes and the runtime refuses to load the method ("offset_bytes (15007744) + siz
 bounds are bounds of one number of elements, so a base as large as its largest view is still a valid plan: this
 grows the base's leading dim until it holds every view of it (the leading dim's stride does not change). Drop it
 once the views' bounds are taken from their bases.
+
+``executorch-dynamic-view-of-static-base``: the same pass makes a view of a static tensor whose own sizes are read
+from a tensor (a static patch list viewed as ``[t, h // 2, 2, w // 2, 2, c]`` by its grid: Video-LLaMA 3's and
+LFM3-VL's towers with static inputs) a memory view too, and its spec refuses the pair ("_ViewSpec is incompatible with
+its base on creation. It has shape_dynamism=1, but its base has shape_dynamism=0"). Such a ``view_copy`` stays a
+copy (the portable kernel's ``view_copy.out``). Drop it once a memory view may be dynamic over a static base.
 """
 
 from __future__ import annotations
@@ -76,3 +82,35 @@ def _apply(model: Any, inputs: dict):
         return result
 
     return patch_attribute(ConstraintBasedSymShapeEvalPass, "call", call)
+
+
+def dynamism_differs(node: Any) -> bool:
+    """Whether a ``view_copy`` node's sizes are dynamic where its base's are not (or the reverse)."""
+    import torch
+    from executorch.exir.tensor import determine_tensor_dynanism
+
+    base = node.args[0] if node.args else None
+    view, source = node.meta.get("val"), getattr(base, "meta", {}).get("val")
+    if not isinstance(view, torch.Tensor) or not isinstance(source, torch.Tensor):
+        return False
+    return determine_tensor_dynanism(view.shape) != determine_tensor_dynanism(source.shape)
+
+
+@workaround(
+    id="executorch-dynamic-view-of-static-base",
+    backend="executorch",
+    target="executorch.exir.passes.replace_view_copy_with_view_pass (_is_view_copy, _ViewSpec)",
+    breaks="a view with data-dependent sizes of a static tensor fails to lower: '_ViewSpec is incompatible with its "
+    "base on creation. It has shape_dynamism=1, but its base has shape_dynamism=0' (Video-LLaMA 3's tower)",
+    upstream="executorch exir/passes/replace_view_copy_with_view_pass.py; no issue known",
+    versions={"executorch": ">=0.6,<1.6"},
+)
+def _apply_dynamic_views(model: Any, inputs: dict):
+    from executorch.exir.passes import replace_view_copy_with_view_pass as views
+
+    original = views._is_view_copy
+
+    def is_view_copy(node: Any) -> bool:
+        return original(node) and not dynamism_differs(node)
+
+    return patch_attribute(views, "_is_view_copy", is_view_copy)

@@ -9,8 +9,9 @@ images or frames (its other dims) ``max(4 x traced, 8)`` as a batch; any other `
 processor resizes images to one size, and activations grow with the square of the patches (attention over them with
 their square again): a tiny vision tower traced at 32 x 32 and planned at 512 x 512 for a batch of 8 planned 7 GiB.
 An explicit ``dynamic_shapes`` with ``Dim(max=...)`` keeps its own bound (pass one to take larger images). A size
-read from a tensor (``u0 = grid[0].item()``, with static inputs too) has no traced value and takes the length rule:
-512; a larger one fails at run time as a larger input does.
+read from a tensor (``u0 = grid[0].item()``, with static inputs too) has no traced value: it takes 4 x the value the
+sample inputs give it (the program run once on them), else the length rule (512 each planned LFM3-VL's tower, three
+sizes multiplied, at 128 GiB); a larger one fails at run time as a larger input does.
 """
 
 from __future__ import annotations
@@ -62,12 +63,15 @@ def cap_dynamic_dims(program: torch.export.ExportedProgram) -> dict[str, int]:
     if shape_env is None:
         return {}
     hints = getattr(shape_env, "backed_var_to_val", None) or shape_env.var_to_val
+    read = _sample_reads(program)
     caps = {}
     for symbol, bounds in list(shape_env.var_to_range.items()):
         if not _unbounded(bounds.upper):
             continue
         seen = int(hints.get(symbol, 1))
-        if symbol in batch or symbol in counts:
+        if symbol in read:
+            cap = max(_GROWTH * read[symbol], 1)
+        elif symbol in batch or symbol in counts:
             cap = max(_GROWTH * seen, BATCH_FLOOR)
         elif symbol in spatial:
             cap = max(seen, 1)
@@ -92,3 +96,33 @@ def _read_sizes_env(program: torch.export.ExportedProgram):
     a finite upper bound for symbolic expression u100", Siglip 2's position table resampled to its grid.)"""
     return next((v.node.shape_env for v in (n.meta.get("val") for n in program.graph.nodes)
                  if isinstance(v, torch.SymInt)), None)
+
+
+def _sample_reads(program: torch.export.ExportedProgram) -> dict:
+    """``{symbol: value}`` of the sizes the program reads from tensors (``u0 = grid[0].item()``), as its sample
+    inputs give them (the program run once on ``example_inputs``); empty where it has none or cannot run."""
+    nodes = [n for n in program.graph.nodes if isinstance(n.meta.get("val"), torch.SymInt)
+             and n.meta["val"].node.expr.is_Symbol and str(n.meta["val"].node.expr).startswith("u")]
+    example = getattr(program, "example_inputs", None)
+    if not nodes or not example:
+        return {}
+    wanted = {n.name: n.meta["val"].node.expr for n in nodes}
+    values: dict = {}
+
+    class _Reads(torch.fx.Interpreter):
+        def run_node(self, node: torch.fx.Node) -> object:
+            result = super().run_node(node)
+            if node.name in wanted and isinstance(result, int):
+                values[wanted[node.name]] = result
+            return result
+
+    module = program.module()
+    args, kwargs = example
+    flat = torch.utils._pytree.tree_leaves((args, kwargs))
+    try:
+        with torch.no_grad():
+            _Reads(module).run(*flat)
+    except Exception:  # noqa: BLE001 - no sample values: the length rule's cap stays
+        logger.debug("the sample run that reads the program's sizes failed", exc_info=True)
+        return {}
+    return values
