@@ -9,6 +9,7 @@ from typing import Any
 import torch
 
 __all__ = ["drop_tensor_checks", "fold_split_cat", "program_graphs", "rewrite_nodes", "traced", "resolve_sym_min_max",
+           "separate_repeated_outputs",
            "size_range", "call_with_value", "sym_mod_as_floordiv"]
 
 
@@ -209,3 +210,31 @@ def _mod_as_floordiv(graph: torch.fx.Graph, node: torch.fx.Node) -> bool:
     node.replace_all_uses_with(rest)
     graph.erase_node(node)
     return True
+
+
+def separate_repeated_outputs(program: Any, copy: Callable[[torch.fx.Graph, torch.fx.Node], torch.fx.Node]) -> int:
+    """Give every repeat in the output list of ``program`` (an ``ExportedProgram``) a node of its own, made by
+    ``copy(graph, node)`` before the output node (its ``meta`` is the node's), the signature entry renamed to match,
+    in place; returns how many (the runtimes that refuse one node returned twice: OpenVINO's frontend, XNNPACK)."""
+    graph = program.graph_module.graph
+    output = next(n for n in reversed(graph.nodes) if n.op == "output")
+    values = list(output.args[0])
+    specs = program.graph_signature.output_specs
+    seen: set[torch.fx.Node] = set()
+    count = 0
+    for i, value in enumerate(values):
+        if not isinstance(value, torch.fx.Node):
+            continue
+        if value in seen:
+            with graph.inserting_before(output):
+                separate = copy(graph, value)
+            separate.meta = dict(value.meta)
+            values[i] = separate
+            if i < len(specs) and getattr(specs[i].arg, "name", None) == value.name:
+                specs[i].arg.name = separate.name
+            count += 1
+        seen.add(value)
+    if count:
+        output.args = (type(output.args[0])(values), *output.args[1:])
+        program.graph_module.recompile()
+    return count

@@ -23,31 +23,12 @@ __all__ = ["copy_repeated_outputs"]
 def copy_repeated_outputs(program: Any) -> int:
     """Replace every repeat in the output list of ``program`` (an edge ``ExportedProgram``) by an ``aten.clone`` of
     it, its signature entry renamed to match, in place; returns how many."""
-    import torch
     from executorch.exir.dialects._ops import ops as exir_ops
 
-    graph = program.graph_module.graph
-    output = next(n for n in reversed(graph.nodes) if n.op == "output")
-    values = list(output.args[0])
-    specs = program.graph_signature.output_specs
-    seen: set[Any] = set()
-    count = 0
-    for i, value in enumerate(values):
-        if not isinstance(value, torch.fx.Node):
-            continue
-        if value in seen:
-            with graph.inserting_before(output):
-                copy = graph.call_function(exir_ops.edge.aten.clone.default, (value,))
-            copy.meta = dict(value.meta)
-            values[i] = copy
-            if i < len(specs) and getattr(specs[i].arg, "name", None) == value.name:
-                specs[i].arg.name = copy.name
-            count += 1
-        seen.add(value)
-    if count:
-        output.args = (values, *output.args[1:])
-        program.graph_module.recompile()
-    return count
+    from ..capture.graph_passes import separate_repeated_outputs
+
+    return separate_repeated_outputs(
+        program, lambda graph, value: graph.call_function(exir_ops.edge.aten.clone.default, (value,)))
 
 
 @workaround(

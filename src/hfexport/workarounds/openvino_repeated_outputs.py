@@ -24,33 +24,14 @@ def split_repeated_outputs(program: Any) -> int:
     many outputs were rewritten."""
     import torch
 
-    graph = program.graph
-    output = next(n for n in reversed(graph.nodes) if n.op == "output")
-    values = list(output.args[0])
-    specs = program.graph_signature.output_specs
-    seen: set[Any] = set()
-    count = 0
-    for i, value in enumerate(values):
-        if not isinstance(value, torch.fx.Node):
-            continue
-        if value in seen:
-            val = value.meta.get("val")
-            is_bool = getattr(val, "dtype", None) is torch.bool
-            with graph.inserting_before(output):
-                if is_bool:
-                    copy = graph.call_function(torch.ops.aten.logical_and.default, (value, value))
-                else:
-                    copy = graph.call_function(torch.ops.aten.mul.Tensor, (value, 1))
-            copy.meta = dict(value.meta)
-            values[i] = copy
-            if i < len(specs) and getattr(specs[i].arg, "name", None) == value.name:
-                specs[i].arg.name = copy.name
-            count += 1
-        seen.add(value)
-    if count:
-        output.args = (tuple(values), *output.args[1:])
-        program.graph_module.recompile()
-    return count
+    from ..capture.graph_passes import separate_repeated_outputs
+
+    def copy(graph: Any, value: Any) -> Any:
+        if getattr(value.meta.get("val"), "dtype", None) is torch.bool:
+            return graph.call_function(torch.ops.aten.logical_and.default, (value, value))
+        return graph.call_function(torch.ops.aten.mul.Tensor, (value, 1))
+
+    return separate_repeated_outputs(program, copy)
 
 
 @workaround(
