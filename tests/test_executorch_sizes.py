@@ -221,3 +221,28 @@ def test_patches_merged_by_a_grid_read_from_a_tensor_lower_and_match_eager(monke
                         (lambda v: bool(v.is_contiguous())) if name == "_may_be_contiguous" else (lambda node: False))
     with pytest.raises(Exception, match=error):
         ExecutorchExporter().export(model, {"x": x, "grid": torch.tensor([[1, 4, 4]])}, ExecutorchConfig(dynamic=False))
+
+
+class RowsByCounts(torch.nn.Module):
+    """HunYuan-VL's and Muse Spark's towers in small: each image's rows repeated by counts read from a tensor."""
+
+    def forward(self, x, counts):
+        return torch.repeat_interleave(x, counts, dim=0) * 2
+
+
+def test_rows_repeated_by_a_tensor_of_counts_lower_and_match_eager(monkeypatch):
+    """aten.repeat_interleave.Tensor is not core ATen and torch has no decomposition of it: to_edge refused it
+    (checked below with the decomposition off); executorch-repeat-interleave-tensor compares positions with the
+    counts' cumulative sums."""
+    from hfexport.workarounds import executorch_repeat_interleave
+
+    model, x = RowsByCounts(), torch.randn(3, 4)
+    counts = torch.tensor([2, 0, 3])
+    torch.testing.assert_close(executorch_repeat_interleave.repeat_rows(x, counts, 0), model(x, counts) / 2)
+    exported = ExecutorchExporter().export(model, {"x": x, "counts": counts}, ExecutorchConfig(dynamic=False))
+    for other in (counts, torch.tensor([1, 4, 1])):  # the traced counts and others of another total
+        assert torch.equal(exported(x=x, counts=other), model(x, other)), other
+
+    monkeypatch.setattr(executorch_repeat_interleave, "decompose_repeat_interleave", lambda program: program)
+    with pytest.raises(Exception, match="repeat_interleave.Tensor is not in Core ATen"):
+        ExecutorchExporter().export(model, {"x": x, "counts": counts}, ExecutorchConfig(dynamic=False))
