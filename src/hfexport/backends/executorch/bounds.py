@@ -11,7 +11,10 @@ their square again): a tiny vision tower traced at 32 x 32 and planned at 512 x 
 An explicit ``dynamic_shapes`` with ``Dim(max=...)`` keeps its own bound (pass one to take larger images). A size
 read from a tensor (``u0 = grid[0].item()``, with static inputs too) has no traced value: it takes 4 x the value the
 sample inputs give it (the program run once on them), else the length rule (512 each planned LFM3-VL's tower, three
-sizes multiplied, at 128 GiB); a larger one fails at run time as a larger input does.
+sizes multiplied, at 128 GiB); a larger one fails at run time as a larger input does. (Not solved: where
+``to_edge``'s new trace meets a guard on such a size that the first trace settled, e.g. ``end < 0`` then ``end > 16``
+in a slice's decomposition of LFM2-VL and BLT; a second lowering of the same program with the reads capped at the
+sample's values met torch's "possible memo disaster" in rebind_unbacked.)
 """
 
 from __future__ import annotations
