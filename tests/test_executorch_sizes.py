@@ -246,3 +246,28 @@ def test_rows_repeated_by_a_tensor_of_counts_lower_and_match_eager(monkeypatch):
     monkeypatch.setattr(executorch_repeat_interleave, "decompose_repeat_interleave", lambda program: program)
     with pytest.raises(Exception, match="repeat_interleave.Tensor is not in Core ATen"):
         ExecutorchExporter().export(model, {"x": x, "counts": counts}, ExecutorchConfig(dynamic=False))
+
+
+class SquareOfARead(torch.nn.Module):
+    """Video-LLaMA 3's tower in small: a size read from a tensor, squared (its merge size)."""
+
+    def forward(self, x, side):
+        n = side.item()
+        torch._check(n >= 1)
+        torch._check(n ** 2 <= x.shape[0])
+        return x[: n ** 2] * 2
+
+
+def test_a_size_squared_lowers_and_matches_eager(monkeypatch):
+    """ExecuTorch has no prim op for operator.pow of sizes: "invalid target for call_function <built-in function
+    pow>" (checked below with the rewrite off); executorch-size-pow multiplies instead."""
+    from hfexport.workarounds import executorch_sym_mod
+
+    model, x = SquareOfARead(), torch.randn(10, 3)
+    exported = ExecutorchExporter().export(model, {"x": x, "side": torch.tensor(3)}, ExecutorchConfig(dynamic=False))
+    for side in (3, 2):
+        assert torch.equal(exported(x=x, side=torch.tensor(side)), model(x, torch.tensor(side))), side
+
+    monkeypatch.setattr(executorch_sym_mod, "sym_pow_as_products", lambda program: 0)
+    with pytest.raises(Exception, match="pow"):
+        ExecutorchExporter().export(model, {"x": x, "side": torch.tensor(3)}, ExecutorchConfig(dynamic=False))

@@ -9,7 +9,7 @@ from typing import Any
 import torch
 
 __all__ = ["drop_tensor_checks", "fold_split_cat", "program_graphs", "rewrite_nodes", "traced", "resolve_sym_min_max",
-           "separate_repeated_outputs",
+           "separate_repeated_outputs", "sym_pow_as_products",
            "size_range", "call_with_value", "sym_mod_as_floordiv"]
 
 
@@ -208,6 +208,30 @@ def _mod_as_floordiv(graph: torch.fx.Graph, node: torch.fx.Node) -> bool:
         whole = call_with_value(graph, operator.mul, (quotient, b), quotient.meta["val"] * traced(b))
         rest = call_with_value(graph, operator.sub, (a, whole), node.meta.get("val"))
     node.replace_all_uses_with(rest)
+    graph.erase_node(node)
+    return True
+
+
+def sym_pow_as_products(program: Any) -> int:
+    """Rewrite every ``a ** k`` of a symbolic int and a small constant exponent (1 to 8) in ``program`` as
+    ``a * a * ...``, in place; returns how many (Video-LLaMA 3's tower squares its merge size: OpenVINO's frontend
+    has no rule for ``operator.pow``, ExecuTorch no prim op)."""
+    return rewrite_nodes(program, _pow_as_products)
+
+
+def _pow_as_products(graph: torch.fx.Graph, node: torch.fx.Node) -> bool:
+    if node.target is not operator.pow or len(node.args) != 2:
+        return False
+    base, exponent = node.args
+    value = traced(base)
+    if not isinstance(value, (int, torch.SymInt)) or type(exponent) is not int or not 1 <= exponent <= 8:
+        return False
+    result, product = base, value
+    with graph.inserting_before(node):
+        for _ in range(exponent - 1):
+            product = product * value
+            result = call_with_value(graph, operator.mul, (result, base), product)
+    node.replace_all_uses_with(result)
     graph.erase_node(node)
     return True
 

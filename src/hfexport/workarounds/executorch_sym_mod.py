@@ -7,15 +7,19 @@ pads by a negative amount ("Padding values must be non-negative, but got pad[3] 
 block count of zero (the process dies of SIGFPE). ``executorch_prim::floordiv.Scalar`` floors as Python does, so
 each size ``a % b`` is rewritten before ``to_edge`` as ``a - (a // b) * b``: the same number for every sign of
 ``a`` and ``b``. Drop it once ExecuTorch's ``mod.Scalar`` follows Python's rule.
+
+``executorch-size-pow``: ExecuTorch has no prim op for ``operator.pow`` on sizes, and its emitter stops at one
+("invalid target for call_function <built-in function pow>": Video-LLaMA 3's tower squares its merge size); each
+``a ** k`` of a size and a small constant becomes ``a * a * ...`` before ``to_edge`` and again before ``to_executorch``. Drop it once a prim op exists.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from ..capture.graph_passes import sym_mod_as_floordiv
+from ..capture.graph_passes import sym_mod_as_floordiv, sym_pow_as_products
 from .executorch_to_edge import rewrite_programs_before_to_edge
-from .registry import workaround
+from .registry import patch_attribute, undo_all, workaround
 
 __all__: list[str] = []
 
@@ -31,3 +35,28 @@ __all__: list[str] = []
 )
 def _apply(model: Any, inputs: dict):
     return rewrite_programs_before_to_edge(sym_mod_as_floordiv)
+
+
+@workaround(
+    id="executorch-size-pow",
+    backend="executorch",
+    target="executorch emitter (no executorch_prim op for operator.pow of sizes); EdgeProgramManager.to_executorch",
+    breaks="a size raised to a power fails to lower: 'invalid target for call_function <built-in function pow>' "
+    "(Video-LLaMA 3's tower)",
+    upstream="executorch exir/passes/executorch_prim_ops_registry.py (no pow); no issue known",
+    versions={"executorch": ">=0.6,<1.6"},
+)
+def _apply_pow(model: Any, inputs: dict):
+    # before to_edge, and on the edge programs before to_executorch: to_edge's own decomposition writes the sizes
+    # again from their expressions (a runtime assert's ``u ** 2``)
+    from executorch.exir.program._program import EdgeProgramManager
+
+    original = EdgeProgramManager.to_executorch
+
+    def to_executorch(self: Any, *args: Any, **kwargs: Any) -> Any:
+        for program in self._edge_programs.values():
+            sym_pow_as_products(program)
+        return original(self, *args, **kwargs)
+
+    return undo_all([rewrite_programs_before_to_edge(sym_pow_as_products),
+                     patch_attribute(EdgeProgramManager, "to_executorch", to_executorch)])

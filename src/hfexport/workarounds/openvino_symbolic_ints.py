@@ -22,7 +22,7 @@ import operator
 from functools import partial
 from typing import Any
 
-from ..capture.graph_passes import rewrite_nodes, sym_mod_as_floordiv
+from ..capture.graph_passes import rewrite_nodes, sym_mod_as_floordiv, sym_pow_as_products
 from .openvino_convert import rewrite_decomposed_programs, rewrite_program_before_convert
 from .registry import undo_all, workaround
 
@@ -60,34 +60,11 @@ def _min_max_as_arithmetic(graph: Any, node: Any) -> bool:
     return True
 
 
-def _pow_as_products(graph: Any, node: Any) -> bool:
-    """``a ** k`` of a size and a small constant exponent (Video-LLaMA 3's tower: the merge size squared) as
-    ``a * a * ...``: the frontend has no rule for ``operator.pow``."""
-    import torch
-
-    from ..capture.graph_passes import call_with_value, traced
-
-    if node.target is not operator.pow or len(node.args) != 2:
-        return False
-    base, exponent = node.args
-    value = traced(base)
-    if not isinstance(value, (int, torch.SymInt)) or type(exponent) is not int or not 1 <= exponent <= 8:
-        return False
-    result, product = base, value
-    with graph.inserting_before(node):
-        for _ in range(exponent - 1):
-            product = product * value
-            result = call_with_value(graph, operator.mul, (result, base), product)
-    node.replace_all_uses_with(result)
-    graph.erase_node(node)
-    return True
-
-
 def _rewrite(program: Any) -> int:
-    from ..capture.graph_passes import resolve_sym_min_max, rewrite_nodes
+    from ..capture.graph_passes import resolve_sym_min_max
 
     return (sym_mod_as_floordiv(program) + resolve_sym_min_max(program)
-            + rewrite_nodes(program, _min_max_as_arithmetic) + rewrite_nodes(program, _pow_as_products))
+            + rewrite_nodes(program, _min_max_as_arithmetic) + sym_pow_as_products(program))
 
 
 @workaround(
@@ -103,4 +80,4 @@ def _rewrite(program: Any) -> int:
 def _apply(model: Any, inputs: dict):
     # (a pow also comes back from the frontend's own decomposition: the runtime asserts' size expressions)
     return undo_all([rewrite_program_before_convert(_rewrite),
-                     rewrite_decomposed_programs(lambda program: rewrite_nodes(program, _pow_as_products))])
+                     rewrite_decomposed_programs(sym_pow_as_products)])
