@@ -20,6 +20,7 @@ sample's values met torch's "possible memo disaster" in rebind_unbacked.)
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 import torch
 from torch.utils._sympy.numbers import IntInfinity, int_oo
@@ -92,8 +93,7 @@ def cap_dynamic_dims(program: torch.export.ExportedProgram) -> dict[str, int]:
     return {str(s): c for s, c in caps.items()}
 
 
-
-def _read_sizes_env(program: torch.export.ExportedProgram):
+def _read_sizes_env(program: torch.export.ExportedProgram) -> Any:
     """The shape environment of a program whose inputs are static, through the sizes it reads from tensors; ``None``
     when it reads none. (Without it, such a program kept them unbounded and the planner refused it: "Cannot evaluate
     a finite upper bound for symbolic expression u100", Siglip 2's position table resampled to its grid.)"""
