@@ -13,8 +13,8 @@ grows the base's leading dim until it holds every view of it (the leading dim's 
 once the views' bounds are taken from their bases.
 
 ``executorch-dynamic-view-of-static-base``: the same pass makes a view of a static tensor whose own sizes are read
-from a tensor (a static patch list viewed as ``[t, h // 2, 2, w // 2, 2, c]`` by its grid: Video-LLaMA 3's and
-LFM3-VL's towers with static inputs) a memory view too, and its spec refuses the pair ("_ViewSpec is incompatible with
+from a tensor (a static patch list viewed as ``[t, h // 2, 2, w // 2, 2, c]`` by its grid: Video-LLaMA 3's tower
+with static inputs) a memory view too, and its spec refuses the pair ("_ViewSpec is incompatible with
 its base on creation. It has shape_dynamism=1, but its base has shape_dynamism=0"). Such a ``view_copy`` stays a
 copy (the portable kernel's ``view_copy.out``). Drop it once a memory view may be dynamic over a static base.
 """
