@@ -419,6 +419,8 @@ def test_image_text_models_get_one_image_and_as_many_placeholder_tokens_as_image
     ("audioflamingo3", "AudioFlamingo3ForConditionalGeneration", 8),
     ("qwen2_audio", "Qwen2AudioForConditionalGeneration", 8),  # not the legacy prompt of one token it expands itself
     ("glmasr", "GlmAsrForConditionalGeneration", 4),
+    # its mel bins named two configs down (audio_config.asr_config): 32 frames [B, frames, 8] -> 4 at its stride 8
+    ("nemo_speechlm", "Nemotron3_5TranscribeForConditionalGeneration", 4),
 ])
 def test_audio_text_models_get_one_clip_and_as_many_audio_tokens_as_audio_features(model_type, class_name, tokens):
     import torch

@@ -1,6 +1,6 @@
 """OpenVINO: what its PyTorch frontend does not convert as torch.export writes it, and the workarounds that convert
 it (openvino-int32-item, openvino-complex-rotary on Llama-4's vision tower, openvino-split-to-bool,
-openvino-mask-fill; openvino-embedding-bag: tests/test_embedding_bag.py)."""
+openvino-mask-fill, openvino-integer-division; openvino-embedding-bag: tests/test_embedding_bag.py)."""
 
 from __future__ import annotations
 
@@ -115,3 +115,36 @@ def test_a_value_written_at_ids_along_one_axis_converts_and_matches_eager(monkey
     monkeypatch.setattr(openvino_mask_fill, "_is_axis_fill", lambda node: False)
     with pytest.raises(Exception, match="SequenceMark"):
         OpenVINOExporter().export(_TokenFill(), {"logits": logits}, OpenVINOConfig(dynamic=False))
+
+
+class _Lengths(torch.nn.Module):
+    """An audio tower's output lengths in small (Nemotron 3.5 Transcribe's ``ceil(frames / 8)``, then the real
+    positions kept), beside a floor and a truncating division of negative integers."""
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor, offsets: torch.Tensor):
+        lengths = (mask.sum(-1) + 7) // 8
+        real = torch.arange(x.shape[1])[None, :] < lengths[:, None]
+        return lengths, x[real], offsets // 8, torch.div(offsets, 3, rounding_mode="trunc")
+
+
+def test_integer_divisions_match_eager_with_shapes_other_than_traced(monkeypatch):
+    """The CPU plugin's integer Divide rounded (after a ReduceSum) or truncated where torch floors: 3 for
+    (16 + 7) // 8, 0 for -5 // 8 (checked below with the rewrite off); openvino-integer-division divides a multiple
+    of the divisor instead."""
+    from hfexport.workarounds import openvino_integer_division
+
+    def inputs(short: int) -> dict:
+        mask = torch.ones(2, 32, dtype=torch.long)
+        mask[0, short:] = 0
+        return {"x": torch.randn(2, 4, 3), "mask": mask, "offsets": torch.tensor([-5, -16, 7, 23, -1])}
+
+    model, sample, other = _Lengths(), inputs(24), inputs(16)
+    want = model(**other)
+    assert want[0].tolist() == [2, 4] and want[2].tolist() == [-1, -2, 0, 2, -1]
+    exported = OpenVINOExporter().export(model, sample, OpenVINOConfig(dynamic=True))
+    got = exported(**other)
+    assert all(torch.equal(g, w) for g, w in zip(got, want, strict=True)), (got, want)
+
+    monkeypatch.setattr(openvino_integer_division, "exact_integer_divisions", lambda program: 0)
+    unfixed = OpenVINOExporter().export(model, sample, OpenVINOConfig(dynamic=True))(**other)
+    assert unfixed[0].tolist() == [3, 5] and unfixed[1].shape[0] == 7 and unfixed[2].tolist()[0] == 0

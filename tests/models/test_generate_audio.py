@@ -2,7 +2,9 @@
 MOSS Transcribe Diarize and FunASR-Nano, their audio tower, projector and language model exported as parts, the audio features
 merged over the prompt's audio tokens as each model's forward merges them (Qwen2-Audio: padded clips masked in the
 tower, each clip's real frames kept; Voxtral: every clip whole, frames stacked by four, clip after clip; the other
-four: a padded clip keeps the positions its real frames make), token for token against eager ``model.generate``. Each prompt is first checked to change eager's tokens against the same text without the audio.
+four: a padded clip keeps the positions its real frames make), token for token against eager ``model.generate``;
+Nemotron 3.5 Transcribe and Music Flamingo, which hfexport has no glue for, with their own ``get_audio_features`` as
+one exported part. Each prompt is first checked to change eager's tokens against the same text without the audio.
 """
 
 from __future__ import annotations
@@ -45,14 +47,14 @@ def test_audio_prompt_generates_like_eager(model, backend, prompt):
     _assert_like_eager(model, _exported(model, backend), qwen2_audio_inputs(PROMPTS[prompt], seed=1))
 
 
-def _assert_like_eager(model, exported, inputs, audio_id=AUDIO_ID):
+def _assert_like_eager(model, exported, inputs, audio_id=AUDIO_ID, part="audio_encoder"):
     start = inputs["input_ids"].shape[1]
     with torch.no_grad():
         want = model.generate(**inputs, max_new_tokens=NEW, do_sample=False)
         plain = model.generate(input_ids=inputs["input_ids"].masked_fill(inputs["input_ids"] == audio_id, 5),
                                attention_mask=inputs["attention_mask"], max_new_tokens=NEW, do_sample=False)
     assert not torch.equal(want[:, start:], plain[:, start:]), "the audio does not change eager's tokens"
-    assert "audio_encoder" in exported.components
+    assert part in exported.components, sorted(exported.components)
     got = exported.generate(**inputs, max_new_tokens=NEW)
     assert torch.equal(got, want), (got[:, start:], want[:, start:])
 
@@ -136,3 +138,53 @@ def test_a_padded_clip_keeps_its_real_frames_like_eager(family):
     assert counts[0] < counts[1], counts  # the padded clip gives fewer features: the lengths are exercised
     exported = _exported(model, "dynamo", _masked_clip_inputs(model, short=20, seed=2))
     _assert_like_eager(model, exported, inputs, model.config.audio_token_id)
+
+
+# --- audio LLMs without glue: their own get_audio_features as one part (capture.image_features.AudioFeatures) ---
+ONE_PART_FAMILIES = {"nemo_speechlm": "Nemotron3_5TranscribeForConditionalGeneration",
+                     "musicflamingo": "MusicFlamingoForConditionalGeneration"}
+
+
+def _one_part_inputs(model, short, seed):
+    """A left-padded batch of two clips of 32 frames, row 0's with ``short`` real frames (the rest silence), each
+    row's audio tokens (as many as the tower makes of its real frames) after two text tokens, then ``3 + row``."""
+    config = model.config
+    gen = torch.Generator().manual_seed(seed)
+    audio = config.audio_config
+    frames_first = hasattr(audio, "asr_config")  # (Nemotron 3.5 Transcribe: [B, frames, mel], mel bins nested)
+    mel = audio.asr_config.num_mel_bins if frames_first else audio.num_mel_bins
+    mask = torch.ones(2, 32, dtype=torch.long)
+    mask[0, short:] = 0
+    if frames_first:
+        features = torch.randn(2, 32, mel, generator=gen) * mask[:, :, None]
+    else:
+        features = torch.randn(2, mel, 32, generator=gen) * mask[:, None, :]
+    _, counts = model.model.audio_tower._get_feat_extract_output_lengths(mask.sum(-1))
+    rows = []
+    for r, count in enumerate(counts.tolist()):
+        text = torch.randint(3, 200, (5 + r,), generator=gen).tolist()
+        rows.append(text[:2] + [config.audio_token_id] * count + text[2:])
+    width = max(map(len, rows))
+    ids = torch.tensor([[0] * (width - len(s)) + s for s in rows])
+    attention = torch.tensor([[0] * (width - len(s)) + [1] * len(s) for s in rows])
+    return {"input_ids": ids, "attention_mask": attention, "input_features": features, "input_features_mask": mask}
+
+
+@pytest.mark.parametrize("backend", ["dynamo", pytest.param("onnx", marks=pytest.mark.sweep),
+                                     pytest.param("openvino", marks=pytest.mark.sweep)])
+@pytest.mark.parametrize("family", list(ONE_PART_FAMILIES))
+def test_an_audio_model_without_glue_generates_with_its_own_features(family, backend):
+    from hfexport.capture.audio import AUDIO_GLUE
+    from hfexport.tools.matrix.shrink import build_model
+
+    if family == "musicflamingo" and backend != "dynamo":
+        pytest.skip("Music Flamingo's rotary time embedding uses aten.searchsorted, which the ONNX exporter "
+                    "(torch.onnx) and OpenVINO's PyTorch frontend do not convert")
+    assert family not in AUDIO_GLUE
+    model = build_model(family, ONE_PART_FAMILIES[family])
+    inputs = _one_part_inputs(model, short=16, seed=1)
+    counts = (inputs["input_ids"] == model.config.audio_token_id).sum(-1).tolist()
+    assert counts[0] < counts[1], counts  # the padded clip gives fewer features: the lengths are exercised
+    exported = _exported(model, backend, _one_part_inputs(model, short=24, seed=2))
+    assert "audio_encoder" not in exported.components
+    _assert_like_eager(model, exported, inputs, model.config.audio_token_id, part="audio_features")

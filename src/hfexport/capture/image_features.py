@@ -9,6 +9,9 @@ image inputs, returning the features the model scatters over its image tokens (`
 parts it owns are the model's (its base model shallow-copied without the language model, so the export holds the
 vision weights only). :func:`image_features_part` builds it and checks, as the glue's capture does, that scattering
 its output reproduces the model's own ``inputs_embeds``.
+
+An audio-text model whose type has no glue in :data:`.audio.AUDIO_GLUE` (Nemotron 3.5 Transcribe, Music Flamingo)
+is captured the same way with its ``get_audio_features``: :class:`AudioFeatures`, :func:`audio_features_part`.
 """
 
 from __future__ import annotations
@@ -21,9 +24,9 @@ from typing import Any
 import torch
 
 from ..errors import UnsupportedError
-from .glue import image_token_id, merge_image_features
+from .glue import image_token_id, merge_image_features, placeholder_token_id
 
-__all__ = ["ImageFeatures", "image_features_part", "flat_features"]
+__all__ = ["AudioFeatures", "ImageFeatures", "audio_features_part", "flat_features", "image_features_part"]
 
 
 def flat_features(out: Any) -> torch.Tensor:
@@ -51,12 +54,14 @@ class ImageFeatures(torch.nn.Module):
     deepstack features (one per tapped vision layer, each ``[image tokens, hidden]``) where it returns them, which
     the language model adds at its early layers (Granite Docling, as Qwen3-VL)."""
 
+    method = "get_image_features"
+
     def __init__(self, owner: torch.nn.Module):
         super().__init__()
         self.owner = owner
 
     def forward(self, **inputs: torch.Tensor) -> torch.Tensor | tuple[torch.Tensor, ...]:
-        out = self.owner.get_image_features(**inputs)
+        out = getattr(self.owner, self.method)(**inputs)
         features = flat_features(out)
         deepstack = getattr(out, "deepstack_features", None)
         if not deepstack:
@@ -64,12 +69,19 @@ class ImageFeatures(torch.nn.Module):
         return (features, *(_concatenated(d) for d in deepstack))
 
 
-def _owner(model: torch.nn.Module) -> torch.nn.Module | None:
-    """The module whose ``get_image_features`` the model's forward calls (its base model, else itself), shallow-
-    copied without its language model."""
+class AudioFeatures(ImageFeatures):
+    """``owner.get_audio_features(**audio inputs)`` flattened to ``[audio tokens, hidden]`` (its ``pooler_output``:
+    the features of every clip's real frames, clip after clip, which the forward scatters over the audio tokens)."""
+
+    method = "get_audio_features"
+
+
+def _owner(model: torch.nn.Module, method: str = ImageFeatures.method) -> torch.nn.Module | None:
+    """The module whose ``method`` (``get_image_features``...) the model's forward calls (its base model, else
+    itself), shallow-copied without its language model."""
     base = getattr(model, "model", None)
-    owner = base if callable(getattr(base, "get_image_features", None)) else model
-    if not callable(getattr(owner, "get_image_features", None)):
+    owner = base if callable(getattr(base, method, None)) else model
+    if not callable(getattr(owner, method, None)):
         return None
     get_decoder = getattr(owner, "get_decoder", None)
     decoder = get_decoder() if callable(get_decoder) else None
@@ -79,33 +91,46 @@ def _owner(model: torch.nn.Module) -> torch.nn.Module | None:
     return shallow
 
 
-def _image_inputs(owner: torch.nn.Module, call: Mapping[str, Any]) -> dict[str, Any]:
-    """The call's tensors ``get_image_features`` names as its parameters."""
-    params = inspect.signature(owner.get_image_features).parameters
-    return {k: v for k, v in call.items() if k in params and isinstance(v, torch.Tensor)}
+def _part(kind: type[ImageFeatures], modality: str, main: str, model: torch.nn.Module, call: Mapping[str, Any],
+          embed: torch.nn.Module, expected: torch.Tensor | None) -> tuple[ImageFeatures, dict[str, Any]] | None:
+    """``(kind(owner), its kwargs)`` where scattering its features over ``modality``'s placeholder tokens of the
+    prefill ``call`` gives ``expected`` (the language model's recorded ``inputs_embeds``); else ``None``."""
+    if expected is None or call.get("input_ids") is None:
+        return None
+    owner = _owner(model, kind.method)
+    if owner is None:
+        return None
+    params = inspect.signature(getattr(owner, kind.method)).parameters
+    kwargs = {k: v for k, v in call.items() if k in params and isinstance(v, torch.Tensor)}
+    if main not in kwargs:
+        return None
+    part = kind(owner).eval()
+    try:
+        with torch.no_grad():
+            features = part(**kwargs)
+            features = features[0] if isinstance(features, tuple) else features
+            merged = merge_image_features(call["input_ids"], embed(call["input_ids"]), features,
+                                          placeholder_token_id(model.config, modality), modality)
+    except Exception:  # noqa: BLE001 - not a model whose features this reproduces
+        return None
+    if merged.shape != expected.shape or not torch.allclose(merged, expected, rtol=1e-5, atol=1e-6):
+        return None
+    return part, kwargs
 
 
 def image_features_part(model: torch.nn.Module, call: Mapping[str, Any], embed: torch.nn.Module,
                         expected: torch.Tensor | None) -> tuple[ImageFeatures, dict[str, Any]] | None:
     """``(ImageFeatures, its kwargs)`` for the prefill ``call``, where scattering its features over the image
     tokens gives ``expected`` (the language model's recorded ``inputs_embeds``); else ``None``."""
-    if expected is None or call.get("pixel_values_videos") is not None or call.get("input_ids") is None:
+    if call.get("pixel_values_videos") is not None:
         return None
-    owner = _owner(model)
-    if owner is None:
+    return _part(ImageFeatures, "image", "pixel_values", model, call, embed, expected)
+
+
+def audio_features_part(model: torch.nn.Module, call: Mapping[str, Any], embed: torch.nn.Module,
+                        expected: torch.Tensor | None) -> tuple[AudioFeatures, dict[str, Any]] | None:
+    """``(AudioFeatures, its kwargs)`` for a prefill ``call`` with audio only (``input_features``), where
+    scattering its features over the audio tokens gives ``expected``; else ``None``."""
+    if any(call.get(k) is not None for k in ("pixel_values", "pixel_values_videos")):
         return None
-    kwargs = _image_inputs(owner, call)
-    if "pixel_values" not in kwargs:
-        return None
-    part = ImageFeatures(owner).eval()
-    try:
-        with torch.no_grad():
-            features = part(**kwargs)
-            features = features[0] if isinstance(features, tuple) else features
-            merged = merge_image_features(call["input_ids"], embed(call["input_ids"]), features,
-                                          image_token_id(model.config))
-    except Exception:  # noqa: BLE001 - not a model whose features this reproduces
-        return None
-    if merged.shape != expected.shape or not torch.allclose(merged, expected, rtol=1e-5, atol=1e-6):
-        return None
-    return part, kwargs
+    return _part(AudioFeatures, "audio", "input_features", model, call, embed, expected)

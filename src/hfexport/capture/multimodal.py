@@ -30,7 +30,8 @@ from .glue import (
     merge_image_features,
     refuse_packed_images,
 )
-from .image_features import image_features_part
+from .audio import AUDIO_GLUE
+from .image_features import audio_features_part, image_features_part
 from .recorder import CallRecorder
 from .video import video_features, video_token_id
 
@@ -187,7 +188,8 @@ def decompose_multimodal(model: torch.nn.Module, inputs: Mapping[str, Any]) -> d
 
     Where the glue does not reproduce the model's own ``inputs_embeds`` from the tower and projector, the image
     parts are replaced by ``"image_features"``: the model's ``get_image_features`` as one part
-    (:mod:`.image_features`), when scattering its output does reproduce them.
+    (:mod:`.image_features`), when scattering its output does reproduce them; the audio parts of a model type without
+    audio glue by ``"audio_features"`` (its ``get_audio_features``), likewise.
 
     Raises:
         ValueError: No known multimodal submodule was found, or the forward did not call the encoder.
@@ -255,7 +257,22 @@ def decompose_multimodal(model: torch.nn.Module, inputs: Mapping[str, Any]) -> d
         image_parts = {"image_encoder", *(n for n in PROJECTOR_NAMES if n != "embed_audio")}
         kept = {name: out[name] for name in parts if name in out and name not in image_parts}
         return {"image_features": whole, **kept}
-    return {name: out[name] for name in parts if name in out}
+    return _audio_as_one_part(model, call, parts, {name: out[name] for name in parts if name in out}, recorders)
+
+
+def _audio_as_one_part(model: torch.nn.Module, call: dict, parts: dict, out: dict, recorders: dict) -> dict:
+    """``out`` with the audio tower and its projector replaced by ``"audio_features"`` (the model's own
+    ``get_audio_features`` as one part, :func:`.image_features.audio_features_part`) for a model type without audio
+    glue (:data:`.audio.AUDIO_GLUE`), where scattering its output reproduces the model's ``inputs_embeds``; else
+    ``out`` as it is (generation then names the types that have glue)."""
+    if "audio_encoder" not in out or getattr(model.config, "model_type", None) in AUDIO_GLUE:
+        return out
+    expected = recorders["language_model"].calls[0].get("inputs_embeds")
+    whole = audio_features_part(model, call, parts["embed_tokens"], expected)
+    if whole is None:
+        return out
+    audio_parts = {"audio_encoder", "embed_audio", "multi_modal_projector"}
+    return {"audio_features": whole, **{name: part for name, part in out.items() if name not in audio_parts}}
 
 
 def _check_merge(model: torch.nn.Module, call: dict, parts: dict, out: dict, recorders: dict) -> None:

@@ -20,13 +20,14 @@ from typing import Any
 
 import torch
 
-from ..capture.glue import encoder_inputs, image_features, image_token_id, merge_image_features, refuse_packed_images
+from ..capture.audio import merge_audio
+from ..capture.glue import encoder_inputs, image_features, image_token_id, merge_image_features, placeholder_token_id, \
+    refuse_packed_images
 from ..capture.multimodal import MODALITIES, MODALITY_INPUTS, PROJECTOR_NAMES, PROMPT_INPUTS
 from ..capture.video import video_features, video_token_id
 from ..derived import ConfigOnly
 from ..errors import UnsupportedError
 from ..metadata import KwargKind
-from .audio import merge_audio
 from .loop import Component, TextState, decode_loop
 
 __all__ = ["generate_multimodal", "POSITION_OFFSET"]
@@ -189,11 +190,19 @@ def _merge_modalities(config: Any, parts: dict, input_ids: torch.Tensor, embeds:
             if "deepstack_visual_embeds" in parts["language_model"].kwargs:  # (Granite Docling; [] when none tapped)
                 deepstack["visual_pos_masks"] = input_ids == image_token_id(config)
                 deepstack["deepstack_visual_embeds"] = tapped
+    heard = parts.get("audio_features")  # the model's get_audio_features as one part (capture.image_features)
+    if heard is not None and inputs.get("input_features") is not None:
+        call = {k: input_ids if k == "input_ids" else inputs.get(k) for k, v in heard.kwargs.items() if v.fed}
+        absent = [k for k, v in call.items() if v is None]  # (Music Flamingo's takes input_ids: its audio tokens)
+        if absent:
+            raise UnsupportedError(f"the audio features part needs {absent}; pass them with input_features")
+        features = _run(heard, call)
+        embeds = merge_image_features(input_ids, embeds, features, placeholder_token_id(config, "audio"), "audio")
     for modality in MODALITIES:
         encoder = parts.get(f"{modality}_encoder")
         if encoder is None:
             given = [k for k in PROMPT_INPUTS[modality] if inputs.get(k) is not None]
-            if given and not (modality == "image" and whole is not None):
+            if given and not ((modality == "image" and whole is not None) or (modality == "audio" and heard)):
                 raise UnsupportedError(
                     f"this export has no {modality} encoder (components: {sorted(parts)}): it was captured with a "
                     f"prompt without {modality}, so {given} cannot be merged; re-export with a {modality} prompt"

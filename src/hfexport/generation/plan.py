@@ -150,7 +150,7 @@ def _refuse_unknown_inputs(exported: Any, inputs: dict[str, Any]) -> None:
     # with under its own (hidden_states <- pixel_values), the grids, videos, audio masks (each refused by name
     # where the export's model type has no glue for it)
     known = {"input_ids", "attention_mask"}
-    if any(name.endswith("_encoder") or name == "image_features" for name in exported.components):  # an encoder
+    if any(name.endswith("_encoder") or name.endswith("_features") for name in exported.components):  # an encoder
         known.update(MODALITY_INPUTS)
     for component in exported.components.values():
         known.update(component.metadata.kwargs)

@@ -207,7 +207,7 @@ BUILTIN_MODULES = tuple(f"hfexport.workarounds.{name}" for name in (
     "executorch_unbacked_strides", "models.series_attention_mask", "models.precomputed_kwargs", "onnx_index_one_axis",
     "executorch_duplicate_validation", "torch_real_tensor_offsets", "scatter_reduce", "distribution_validation",
     "openvino_item_dtype", "embedding_bag", "openvino_split_to_bool", "executorch_xnnpack_repeated_outputs",
-    "executorch_repeat_interleave",
+    "executorch_repeat_interleave", "openvino_integer_division",
 ))
 
 

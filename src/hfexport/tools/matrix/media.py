@@ -39,16 +39,28 @@ FEATURE_SIZES = ("feature_size", "input_feat_per_channel", "num_mel_bins", "inpu
 MEL_BINS = (128, 80)
 
 
+_SUB_CONFIGS = ("vision_config", "audio_config", "encoder_config", "encoder", "backbone_config", "semantic_model_config",
+                "decoder_config")
+
+
 def config_value(config: Any, *names: str) -> Any:
     """The first of ``names`` set on the config or on one of its vision/audio/encoder sub-configs (a codec's
     semantic model: X-Codec 2's mel features are its Wav2Vec2-BERT's; CLVP's are its speech decoder's)."""
-    for cfg in (config, *(getattr(config, s, None) for s in ("vision_config", "audio_config", "encoder_config",
-                                                             "encoder", "backbone_config", "semantic_model_config",
-                                                             "decoder_config"))):
+    subs = [getattr(config, s, None) for s in _SUB_CONFIGS]
+    for cfg in (config, *subs):
         for name in names:
             value = getattr(cfg, name, None) if cfg is not None else None
             if value is not None:
                 return value
+    # then one level further down those (Nemotron 3.5 Transcribe: audio_config.asr_config.num_mel_bins)
+    from transformers import PretrainedConfig
+
+    for cfg in subs:
+        nested = [v for v in vars(cfg).values() if isinstance(v, PretrainedConfig)] if cfg is not None else []
+        for sub in nested:
+            for name in names:
+                if (value := getattr(sub, name, None)) is not None:
+                    return value
     return None
 
 

@@ -1,5 +1,8 @@
 """Audio prompts of audio-text-to-text exports: the audio tower's features over the prompt's audio tokens.
 
+Shared by capture (which uses the model's own ``get_audio_features`` as one part for a model type without an entry
+here: :mod:`.image_features`) and generation (which runs the glue on the exported parts), as :mod:`.video` is.
+
 Each model type's glue is what its forward does around the tower (:data:`AUDIO_GLUE`), transformers 5.x:
 
 - Qwen2-Audio (``Qwen2AudioModel.forward``): the tower takes the padded log-mel features and a bidirectional mask
@@ -30,7 +33,7 @@ from typing import Any
 
 import torch
 
-from ..capture.glue import glue_for, merge_image_features
+from .glue import glue_for, merge_image_features
 from ..errors import UnsupportedError
 
 __all__ = ["AUDIO_GLUE", "merge_audio"]
