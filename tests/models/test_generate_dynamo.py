@@ -342,6 +342,35 @@ def test_cpmant_exports_for_any_prompt_length():
     assert "cpmant-dynamic-mask-length" in exported.components["model"].metadata.workarounds
 
 
+def test_prophetnet_decodes_past_the_cache_length_it_was_traced_with():
+    """ProphetNet's decode position was int(padding_idx + lengths): the decode graph took one cache length only
+    ("Guard failed: 1 + past_key_values[...].size()[2] == 3"), so generate() stopped at its second new token; the
+    workaround fills the same position into a tensor (checked against upstream's below)."""
+    from hfexport.tools.matrix.inputs import sample_inputs
+    from hfexport.tools.matrix.shrink import build_model
+    from hfexport.workarounds.models.prophetnet import _position_embeddings
+
+    torch.manual_seed(0)
+    model = build_model("prophetnet", "ProphetNetForConditionalGeneration").eval()
+    table = model.prophetnet.decoder.position_embeddings
+    from transformers import DynamicCache
+
+    cache = DynamicCache()
+    cache.update(torch.zeros(2, 1, 5, 8), torch.zeros(2, 1, 5, 8), 0)
+    mask = torch.tensor([[0, 1, 1], [1, 1, 1]])
+    for kwargs in ({"past_key_values": cache}, {"attention_mask": mask}):
+        shape = (2, 1) if kwargs.get("past_key_values") is not None else (2, 3)
+        ours, upstream = _position_embeddings(table, shape, "cpu", **kwargs), table(shape, "cpu", **kwargs)
+        assert all(torch.equal(a, b) for a, b in zip(ours, upstream, strict=True))
+    exported = DynamoExporter().export_for_generation(
+        model, sample_inputs(model, "prophetnet", seq=6, for_generation=True), DynamoConfig(dynamic=True))
+    assert "prophetnet-dynamic-decode-position" in exported.components["decode"].metadata.workarounds
+    inputs = sample_inputs(model, "prophetnet", seq=9, for_generation=True)
+    with torch.no_grad():
+        want = model.generate(**copy.deepcopy(inputs), max_new_tokens=8, do_sample=False)
+    assert torch.equal(exported.generate(**inputs, max_new_tokens=8), want)
+
+
 def test_an_encoder_decoder_gets_the_inputs_its_decoder_was_traced_with_at_every_step():
     """UDOP's prepare_inputs_for_generation passes the layout boxes (bbox) to every decoder call, so its decoder
     graphs take them: generate() passed the encoder's mask only ("missing inputs ['bbox']")."""
