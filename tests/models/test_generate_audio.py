@@ -177,9 +177,6 @@ def test_an_audio_model_without_glue_generates_with_its_own_features(family, bac
     from hfexport.capture.audio import AUDIO_GLUE
     from hfexport.tools.matrix.shrink import build_model
 
-    if family == "musicflamingo" and backend != "dynamo":
-        pytest.skip("Music Flamingo's rotary time embedding uses aten.searchsorted, which the ONNX exporter "
-                    "(torch.onnx) and OpenVINO's PyTorch frontend do not convert")
     assert family not in AUDIO_GLUE
     model = build_model(family, ONE_PART_FAMILIES[family])
     inputs = _one_part_inputs(model, short=16, seed=1)
