@@ -1,6 +1,6 @@
 """OpenVINO: what its PyTorch frontend does not convert as torch.export writes it, and the workarounds that convert
 it (openvino-int32-item, openvino-complex-rotary on Llama-4's vision tower, openvino-split-to-bool,
-openvino-mask-fill, openvino-integer-division; openvino-embedding-bag: tests/test_embedding_bag.py)."""
+openvino-mask-fill, openvino-integer-division, openvino-symbolic-floats; openvino-embedding-bag: tests/test_embedding_bag.py)."""
 
 from __future__ import annotations
 
@@ -148,3 +148,36 @@ def test_integer_divisions_match_eager_with_shapes_other_than_traced(monkeypatch
     monkeypatch.setattr(openvino_integer_division, "exact_integer_divisions", lambda program: 0)
     unfixed = OpenVINOExporter().export(model, sample, OpenVINOConfig(dynamic=True))(**other)
     assert unfixed[0].tolist() == [3, 5] and unfixed[1].shape[0] == 7 and unfixed[2].tolist()[0] == 0
+
+
+class _FloatSizes(torch.nn.Module):
+    """DeepSeek-OCR 2's SAM-style relative coordinates and Music Flamingo's window duration in small: sizes made
+    floats (``k / q``, ``0.04 * n``) scaling tensors."""
+
+    def forward(self, q: torch.Tensor, k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        q_size, k_size = q.shape[1], k.shape[1]
+        q_coords = torch.arange(q_size)[:, None] * max(k_size / q_size, 1.0)
+        k_coords = torch.arange(k_size)[None, :] * max(q_size / k_size, 1.0)
+        relative = (q_coords - k_coords) + (k_size - 1) * max(q_size / k_size, 1.0)
+        return relative, torch.round(q.sum(-1) / (0.04 * q_size))
+
+
+def test_sizes_made_floats_convert_and_match_eager_at_other_sizes(monkeypatch):
+    """The frontend had no rule for a size made a float ("No conversion rule found for operations: <built-in
+    function truediv>"; checked below with the rewrite off); openvino-symbolic-floats computes it as a 0-d tensor."""
+    from hfexport.workarounds import openvino_symbolic_floats
+
+    torch.manual_seed(0)
+    model = _FloatSizes()
+    exported = OpenVINOExporter().export(model, {"q": torch.randn(2, 6), "k": torch.randn(2, 6)},
+                                         OpenVINOConfig(dynamic=True))
+    assert "openvino-symbolic-floats" in exported.components["model"].metadata.workarounds
+    for q, k in ((6, 6), (4, 4), (11, 11)):  # (q == k: what max() of the traced ratios guards, on Dynamo too)
+        inputs = {"q": torch.randn(2, q), "k": torch.randn(2, k)}
+        got, want = exported(**inputs), model(**inputs)
+        assert all(torch.allclose(g, w, atol=1e-5) for g, w in zip(got, want, strict=True)), (q, k)
+
+    monkeypatch.setattr(openvino_symbolic_floats, "float_sizes_as_tensors", lambda program: 0)
+    with pytest.raises(Exception, match="truediv|sym_float"):
+        OpenVINOExporter().export(model, {"q": torch.randn(2, 6), "k": torch.randn(2, 6)},
+                                  OpenVINOConfig(dynamic=True))

@@ -13,10 +13,8 @@ the frontend has: ``below = (2**22 - 1 + b - a) // 2**22`` is 1 where ``a < b`` 
 2**22, so ``min(a, b) = b + (a - b) * below`` and ``max(a, b) = a + b - min(a, b)``. The numerator is kept
 non-negative and under 2**24 because the converted division is not Python's exact integer floor: a negative
 numerator truncated (``-3 // 2**62`` gave 0) and a large one rounded (``(2**30 - 2) // 2**30`` gave 1, as a float32
-division would). A size made a float (``torch.sym_float``: Music Flamingo's window duration, ``0.04 * seq_len``, a
-divisor of its timestamps) becomes a 0-d float32 tensor (``aten.scalar_tensor``), and the Python arithmetic on it
-with constants the matching ``aten`` ops on tensors. Drop it once the frontend converts them (openvino 2026.3 does
-not).
+division would). Drop it once the frontend converts them (openvino 2026.3 does not). (Sizes made floats:
+:mod:`.openvino_symbolic_floats`.)
 """
 
 from __future__ import annotations
@@ -63,69 +61,18 @@ def _min_max_as_arithmetic(graph: Any, node: Any) -> bool:
     return True
 
 
-_FLOAT_ARITHMETIC = {operator.mul: "mul", operator.add: "add", operator.sub: "sub", operator.truediv: "div"}
-
-
-def _float_size_as_tensor(graph: Any, node: Any) -> bool:
-    """``torch.sym_float(size)`` as a 0-d float32 tensor, and the ``operator`` arithmetic of it with numbers (or of
-    what that made, recursively) as ``aten`` ops on tensors (``rsub`` / ``div`` of a number by it as ``mul`` and
-    ``reciprocal`` where the number comes first)."""
-    import torch
-
-    from ..capture.graph_passes import call_with_value, traced
-
-    if node.target is not torch.sym_float or len(node.args) != 1 or not isinstance(traced(node.args[0]),
-                                                                                   (int, torch.SymInt)):
-        return False
-    with graph.inserting_before(node):
-        tensor = call_with_value(graph, torch.ops.aten.scalar_tensor.default, (node.args[0],),
-                                 torch.empty((), dtype=torch.float32), {"dtype": torch.float32})
-    node.replace_all_uses_with(tensor)
-    graph.erase_node(node)
-    _arithmetic_on_tensor(graph, tensor)
-    return True
-
-
-def _arithmetic_on_tensor(graph: Any, tensor: Any) -> None:
-    import torch
-
-    from ..capture.graph_passes import call_with_value
-
-    aten = torch.ops.aten
-    for user in list(tensor.users):
-        name = _FLOAT_ARITHMETIC.get(user.target)
-        if name is None or len(user.args) != 2 or not any(isinstance(a, (int, float)) for a in user.args):
-            continue
-        first = user.args[0] is tensor
-        number = user.args[1] if first else user.args[0]
-        with graph.inserting_before(user):
-            if first or name in ("mul", "add"):
-                op = getattr(aten, name).Tensor
-                new = call_with_value(graph, op, (tensor, number), torch.empty((), dtype=torch.float32))
-            elif name == "sub":  # number - tensor
-                new = call_with_value(graph, aten.rsub.Scalar, (tensor, number), torch.empty((), dtype=torch.float32))
-            else:  # number / tensor
-                scalar = torch.empty((), dtype=torch.float32)
-                inverse = call_with_value(graph, aten.reciprocal.default, (tensor,), scalar)
-                new = call_with_value(graph, aten.mul.Tensor, (inverse, number), scalar)
-        user.replace_all_uses_with(new)
-        graph.erase_node(user)
-        _arithmetic_on_tensor(graph, new)
-
-
 def _rewrite(program: Any) -> int:
     from ..capture.graph_passes import resolve_sym_min_max
 
     return (sym_mod_as_floordiv(program) + resolve_sym_min_max(program)
-            + rewrite_nodes(program, _min_max_as_arithmetic) + sym_pow_as_products(program)
-            + rewrite_nodes(program, _float_size_as_tensor))
+            + rewrite_nodes(program, _min_max_as_arithmetic) + sym_pow_as_products(program))
 
 
 @workaround(
     id="openvino-symbolic-ints",
     backend="openvino",
-    target="openvino.convert_model (operator.mod, operator.pow, torch.sym_min, torch.sym_max, torch.sym_float of "
-    "sizes in an ExportedProgram)",
+    target="openvino.convert_model (operator.mod, operator.pow, torch.sym_min, torch.sym_max of sizes in an "
+    "ExportedProgram)",
     breaks="a graph with size arithmetic the PyTorch frontend has no rule for does not convert: 'No conversion rule "
     "found for operations: <built-in function mod>' (Mamba-2 chunked scans), torch.sym_min (GLM5-Next)",
     upstream=None,

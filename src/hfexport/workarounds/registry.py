@@ -208,7 +208,7 @@ BUILTIN_MODULES = tuple(f"hfexport.workarounds.{name}" for name in (
     "executorch_duplicate_validation", "torch_real_tensor_offsets", "scatter_reduce", "distribution_validation",
     "openvino_item_dtype", "embedding_bag", "openvino_split_to_bool", "executorch_xnnpack_repeated_outputs",
     "executorch_repeat_interleave", "openvino_integer_division",
-    "models.prophetnet", "searchsorted",
+    "models.prophetnet", "searchsorted", "openvino_symbolic_floats",
 ))
 
 
