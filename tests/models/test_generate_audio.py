@@ -170,8 +170,8 @@ def _one_part_inputs(model, short, seed):
     return {"input_ids": ids, "attention_mask": attention, "input_features": features, "input_features_mask": mask}
 
 
-@pytest.mark.parametrize("backend", ["dynamo", pytest.param("onnx", marks=pytest.mark.sweep),
-                                     pytest.param("openvino", marks=pytest.mark.sweep)])
+@pytest.mark.parametrize("backend", ["dynamo", *(pytest.param(b, marks=pytest.mark.sweep)
+                                                  for b in ("onnx", "openvino", "executorch"))])
 @pytest.mark.parametrize("family", list(ONE_PART_FAMILIES))
 def test_an_audio_model_without_glue_generates_with_its_own_features(family, backend):
     from hfexport.capture.audio import AUDIO_GLUE

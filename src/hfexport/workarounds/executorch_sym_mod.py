@@ -18,8 +18,8 @@ from __future__ import annotations
 from typing import Any
 
 from ..capture.graph_passes import sym_mod_as_floordiv, sym_pow_as_products
-from .executorch_to_edge import rewrite_programs_before_to_edge
-from .registry import patch_attribute, undo_all, workaround
+from .executorch_to_edge import rewrite_edge_programs_before_to_executorch, rewrite_programs_before_to_edge
+from .registry import undo_all, workaround
 
 __all__: list[str] = []
 
@@ -49,14 +49,5 @@ def _apply(model: Any, inputs: dict):
 def _apply_pow(model: Any, inputs: dict):
     # before to_edge, and on the edge programs before to_executorch: to_edge's own decomposition writes the sizes
     # again from their expressions (a runtime assert's ``u ** 2``)
-    from executorch.exir.program._program import EdgeProgramManager
-
-    original = EdgeProgramManager.to_executorch
-
-    def to_executorch(self: Any, *args: Any, **kwargs: Any) -> Any:
-        for program in self._edge_programs.values():
-            sym_pow_as_products(program)
-        return original(self, *args, **kwargs)
-
     return undo_all([rewrite_programs_before_to_edge(sym_pow_as_products),
-                     patch_attribute(EdgeProgramManager, "to_executorch", to_executorch)])
+                     rewrite_edge_programs_before_to_executorch(sym_pow_as_products)])
