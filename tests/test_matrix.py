@@ -413,6 +413,25 @@ def test_image_text_models_get_one_image_and_as_many_placeholder_tokens_as_image
         assert model(**inputs).logits.shape == (2, 22, 256)
 
 
+@pytest.mark.parametrize("model_type, class_name, layout, tokens", [
+    # a grid counted in merged tokens, each a channels-last block of 2 x 2 patches of 8 pixels: [tokens, 16, 16, 3]
+    ("inkling2", "Inkling2ForConditionalGeneration", (32, 16, 16, 3), 16),
+    # two frames channels last, [B, T, H, W, C]; one 1024-wide row per image fills its 16 tokens of 64
+    ("inkling_mm_model", "InklingForConditionalGeneration", (2, 2, 32, 32, 3), 16),
+])
+def test_image_text_models_get_the_pixel_layout_their_tower_reads(model_type, class_name, layout, tokens):
+    import torch
+
+    model = build_model(model_type, class_name)
+    inputs = sample_inputs(model, model_type, for_generation=True)
+    assert tuple(inputs["pixel_values"].shape) == layout
+    assert (inputs["input_ids"] == model.config.image_token_id).sum(-1).tolist() == [tokens, tokens]
+    with torch.no_grad():
+        seen = model(**inputs).logits[:, -1]
+        blank = model(**{**inputs, "pixel_values": torch.zeros_like(inputs["pixel_values"])}).logits[:, -1]
+    assert (seen - blank).abs().max() > 1e-3  # the image reaches the text model's output
+
+
 @pytest.mark.parametrize("model_type, class_name, tokens", [
     # 32 frames -> 16 after the stride-2 convolution -> 8 after the pooling by 2 (Audio Flamingo 3, Qwen2-Audio), 4
     # after GLM-ASR's merge of 4

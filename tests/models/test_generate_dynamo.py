@@ -342,6 +342,26 @@ def test_cpmant_exports_for_any_prompt_length():
     assert "cpmant-dynamic-mask-length" in exported.components["model"].metadata.workarounds
 
 
+def test_cpmant_generates_with_its_cache_and_its_whole_sequence_each_step():
+    """CPM-Ant keeps a cache but its forward takes every token again and slices the cached prefix off itself (its
+    prepare_inputs_for_generation passes the whole sequence): the decode graph was fed the new token alone and
+    refused it ("Guard failed: past_key_values[...].size()[2] <= 32 + input_ids.size()[1]")."""
+    from hfexport.tools.matrix.inputs import sample_inputs
+    from hfexport.tools.matrix.shrink import build_model
+
+    torch.manual_seed(0)
+    model = build_model("cpmant", "CpmAntForCausalLM").eval()
+    exported = DynamoExporter().export_for_generation(
+        model, sample_inputs(model, "cpmant", seq=6, for_generation=True), DynamoConfig(dynamic=True))
+    decode = exported.components["decode"].metadata
+    assert decode.input_spec("input_ids").example_shape == decode.input_spec("attention_mask").example_shape
+    inputs = sample_inputs(model, "cpmant", seq=9, for_generation=True)
+    assert int((inputs["attention_mask"] == 0).sum()) > 0  # a left-padded batch
+    with torch.no_grad():
+        want = model.generate(**copy.deepcopy(inputs), max_new_tokens=8, do_sample=False)
+    assert torch.equal(exported.generate(**inputs, max_new_tokens=8), want)
+
+
 def test_prophetnet_decodes_past_the_cache_length_it_was_traced_with():
     """ProphetNet's decode position was int(padding_idx + lengths): the decode graph took one cache length only
     ("Guard failed: 1 + past_key_values[...].size()[2] == 3"), so generate() stopped at its second new token; the

@@ -257,11 +257,15 @@ def test_block_masks_with_a_static_cache_match_eager(name):
 # matrix-tiny families whose glue differs from LLaVA's: Llama 4 calls a language model with its own head (a
 # ForCausalLM: its output is logits, not hidden states) on every image's tokens flattened; Aria's projector maps its
 # patches to a fixed number of queries; Mistral 3's patch merger takes every image's patches as one sequence and
-# image_sizes (traced as the sample's values)
+# image_sizes (traced as the sample's values); Inkling's tower gives one 1024-wide row per image that the forward's
+# masked_scatter spreads over 16 tokens of 64; Inkling 2's takes [tokens, 16, 16, 3] blocks of merged patches
 @pytest.mark.parametrize("model_type, class_name", [pytest.param("llama4", "Llama4ForConditionalGeneration",
                                                                  marks=pytest.mark.sweep),  # (30 s: in the sweep)
                                                     ("aria", "AriaForConditionalGeneration"),
-                                                    ("mistral3", "Mistral3ForConditionalGeneration")])
+                                                    ("mistral3", "Mistral3ForConditionalGeneration"),
+                                                    ("inkling_mm_model", "InklingForConditionalGeneration"),
+                                                    pytest.param("inkling2", "Inkling2ForConditionalGeneration",
+                                                                 marks=pytest.mark.sweep)])  # (~60 s)
 def test_a_matrix_tiny_image_prompt_generates_like_eager(model_type, class_name):
     from hfexport.tools.matrix.inputs import sample_inputs
     from hfexport.tools.matrix.shrink import build_model

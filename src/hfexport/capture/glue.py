@@ -182,9 +182,14 @@ def image_features(config: Any, encoder_output: Any, projector: Callable[[torch.
 def merge_image_features(input_ids: torch.Tensor, embeds: torch.Tensor, features: torch.Tensor,
                          token_id: int, what: str = "image") -> torch.Tensor:
     """Scatter ``features`` into ``embeds`` at the placeholder positions (``what``: image, video, audio), as the
-    models' own forward does."""
+    models' own forward does. ``masked_scatter`` fills the positions element after element, so features of another
+    width fill them too where their count matches (Inkling's tower gives each image one 1024-wide row for 16 tokens
+    of 64)."""
     mask = (input_ids == token_id).unsqueeze(-1).expand_as(embeds)
     n_tokens, n_features = int((input_ids == token_id).sum()), features.shape[0]
+    hidden = embeds.shape[-1]
+    if features.shape[-1] != hidden and features.numel() == n_tokens * hidden:
+        features, n_features = features.reshape(n_tokens, hidden), n_tokens
     if n_tokens != n_features:
         raise UnsupportedError(
             f"the prompt has {n_tokens} {what} tokens (id {token_id}) but the {what} inputs give {n_features} features"

@@ -28,6 +28,9 @@ def decoder_session(exported: Any, inputs: dict, max_new_tokens: int) -> tuple[t
     text = TextState(mask2d, max_new_tokens, decode.cache_capacity(), window)
     # a model that keeps no cache: the decode component is the prefill's graph, run on the whole sequence so far
     rereads = decode.cache_key is None and exported.components["decode"].program is exported.components["prefill"].program
+    # a model that keeps a cache and still reads its whole sequence at each step (CPM-Ant: its forward slices the
+    # cached prefix off itself; its prepare_inputs_for_generation passes every token)
+    whole = not rereads and decode.cache_key is not None and _reads_whole_sequence(decode.metadata)
     carried = _carried(decode, inputs)
     # what generate() passed the decode steps as None, the prompt's alone (Kosmos-2's image_embeds_position_mask,
     # an unsplit model's pixels): given to the prefill only
@@ -38,7 +41,7 @@ def decoder_session(exported: Any, inputs: dict, max_new_tokens: int) -> tuple[t
     out = prefill.runner(**inputs, input_ids=input_ids[:, :prompt_len],
                          **text.kwargs(prefill, 0, prompt_len, prefill.initial_cache(input_ids.shape[0], input_ids.device),
                                        last_only=True))
-    state = {"out": out, "ids": input_ids}
+    state = {"out": out, "ids": input_ids[:, : prompt_len] if whole else input_ids}
 
     def step(token: torch.Tensor, prompt: bool = False) -> torch.Tensor:
         position = text.advance(mask2d[:, text.length] if prompt else None)
@@ -49,7 +52,8 @@ def decoder_session(exported: Any, inputs: dict, max_new_tokens: int) -> tuple[t
             return state["out"].logits
         cache = getattr(state["out"], decode.cache_key) if decode.cache_key else None
         handed = {key: getattr(state["out"], key) for key in carried} if carried else {}
-        state["out"] = decode.runner(**per_step, **handed, input_ids=token[:, None],
+        state["ids"] = torch.cat([state["ids"], token[:, None]], dim=-1) if whole else state["ids"]
+        state["out"] = decode.runner(**per_step, **handed, input_ids=state["ids"] if whole else token[:, None],
                                      **text.kwargs(decode, position, 1, cache))
         return state["out"].logits
 
@@ -80,3 +84,15 @@ def _prefill_length(prefill: Component, decode: Component, prompt_len: int, whol
         return prompt_len
     step_axis = decode.metadata.query_axis(("input_ids",))
     return prompt_len if isinstance(step_axis, int) and step_axis != 1 else fixed
+
+
+def _reads_whole_sequence(metadata: Any) -> bool:
+    """Whether a decode graph that takes a cache was traced with ``input_ids`` as long as its ``attention_mask``:
+    the whole sequence so far, not the new tokens (a step's mask covers the cache and the new tokens, so only a model
+    that reads every token again gives it the mask's length)."""
+    ids, mask = metadata.input_spec("input_ids"), metadata.input_spec("attention_mask")
+    if ids is None or mask is None:
+        return False
+    ids_shape, mask_shape = (ids.example_shape or ids.shape), (mask.example_shape or mask.shape)
+    return (len(ids_shape) == 2 and len(mask_shape) == 2 and isinstance(ids_shape[-1], int)
+            and ids_shape[-1] > 1 and ids_shape[-1] == mask_shape[-1])

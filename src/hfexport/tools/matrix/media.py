@@ -165,6 +165,9 @@ def grid_candidates(config: Any, gen: torch.Generator, batch: int, params: Any) 
         flat = torch.randn(n, channels * t * patch * patch, generator=gen)
         for pixels in (flat, flat.view(n, channels, t, patch, patch) if t > 1 else flat.view(n, channels, patch, patch)):
             yield {name: pixels, grid_key: grid, **extra}
+    # then a grid counted in merged tokens, one channels-last block of merge x merge patches each (Inkling 2's:
+    # [tokens, P * merge, P * merge, C])
+    yield {name: torch.randn(n, patch * merge, patch * merge, channels, generator=gen), grid_key: grid, **extra}
 
 
 def patch_candidates(config: Any, gen: torch.Generator, batch: int, side: int,

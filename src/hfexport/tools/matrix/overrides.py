@@ -88,6 +88,8 @@ OVERRIDES: dict[str, dict[str, Any]] = {
     "chameleon": {"vocabulary_map": _CHAMELEON_VOCAB, "vq_config": {"num_embeddings": _IMAGE_CODES}},
     "emu3": {"vocabulary_map": _EMU3_VOCAB, "vq_config": {"codebook_size": _IMAGE_CODES}},
     "deepseek_ocr2": {"text_config": {"mlp_layer_types": ["dense", "sparse"]}},
+    # its CLIP tower takes the SAM neck's last channels as its patch embeddings: they must be its hidden size
+    "unlimited_ocr": {"vision_config": {"sam_config": {"downsample_channels": [HIDDEN // 2, HIDDEN]}}},
     # its high-resolution SAM tower reads the hidden state after its first global-attention layer (11th by default)
     "deepseek_vl_hybrid": {"high_res_vision_config": {"global_attn_indexes": [1]}},
     # the vision layers its language model's deepstack taps (3, 7, 10 by default: none of 2 layers)

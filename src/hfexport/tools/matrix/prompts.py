@@ -74,6 +74,8 @@ def _image_kwargs(model: Any, features: Any, gen: torch.Generator, batch: int) -
     layouts = [images, images.unsqueeze(1)]
     crops = (2, 3, 5, _crop_count(config, images.shape[-2:])) if "image_sizes" in params else ()
     layouts += [images.unsqueeze(1).repeat(1, n, 1, 1, 1) for n in dict.fromkeys(crops) if n]
+    # frames channels last, one or two (Inkling's [B, T, H, W, C], folded in time by 2)
+    layouts += [images.permute(0, 2, 3, 1).unsqueeze(1).repeat(1, t, 1, 1, 1) for t in (1, 2)]
     for pixels in layouts:
         yield {"pixel_values": pixels, **extra}
         if "pixel_attention_mask" in params:  # then with its mask, where the tower needs one (Idefics3-like)
