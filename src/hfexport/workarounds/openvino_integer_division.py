@@ -55,15 +55,16 @@ def _exact(graph: torch.fx.Graph, node: torch.fx.Node) -> bool:
     scalar = not isinstance(b, torch.fx.Node)
     if mode == "floor":
         rest = _aten.remainder.Scalar if scalar else _aten.remainder.Tensor
-        left = torch.remainder(value, divisor)
     else:
         rest = _aten.fmod.Scalar if scalar else _aten.fmod.Tensor
-        left = torch.fmod(value, divisor)
+    # (each new node's value is the division's own: same broadcast shape and integer dtype; no op is run on the
+    # traced values, which may belong to a mode that is not active here)
+    out = node.meta.get("val")
     with graph.inserting_before(node):
-        remainder = call_with_value(graph, rest, (a, b), left)
-        numerator = call_with_value(graph, _aten.sub.Tensor, (a, remainder), value - left)
+        remainder = call_with_value(graph, rest, (a, b), out)
+        numerator = call_with_value(graph, _aten.sub.Tensor, (a, remainder), out)
         # (Tensor_mode for a scalar divisor too: the frontend has no rule for div.Scalar_mode)
-        quotient = call_with_value(graph, _aten.div.Tensor_mode, (numerator, b), node.meta.get("val"),
+        quotient = call_with_value(graph, _aten.div.Tensor_mode, (numerator, b), out,
                                    {"rounding_mode": "trunc"})
     node.replace_all_uses_with(quotient)
     graph.erase_node(node)

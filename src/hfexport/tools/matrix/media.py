@@ -55,8 +55,9 @@ def config_value(config: Any, *names: str) -> Any:
     # then one level further down those (Nemotron 3.5 Transcribe: audio_config.asr_config.num_mel_bins)
     from transformers import PretrainedConfig
 
-    for cfg in subs:
-        nested = [v for v in vars(cfg).values() if isinstance(v, PretrainedConfig)] if cfg is not None else []
+    for cfg in subs:  # (a sub-config may be a plain value: FastSpeech 2 Conformer's)
+        nested = [v for v in vars(cfg).values() if isinstance(v, PretrainedConfig)] \
+            if isinstance(cfg, PretrainedConfig) else []
         for sub in nested:
             for name in names:
                 if (value := getattr(sub, name, None)) is not None:
