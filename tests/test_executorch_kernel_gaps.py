@@ -1,0 +1,63 @@
+"""ExecuTorch: what its portable kernels do otherwise than torch: ``nonzero``'s indices sliced, as Music Flamingo
+keeps its real audio frames (workaround executorch-nonzero-layout), and a crop written as a negative pad, RWKV's
+time shift (executorch-negative-pad)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+pytest.importorskip("executorch", reason="the ExecuTorch backend's own package (pip install hfexport[executorch])")
+
+from hfexport import ExecutorchConfig, ExecutorchExporter  # noqa: E402
+
+
+class _Coordinates(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        idx = torch.nonzero(x > 0)
+        return idx[:, 1] * 10 + idx[:, 0]
+
+
+def test_sliced_nonzero_indices_run_and_match_eager(monkeypatch):
+    """torch traces nonzero's indices column-major and the portable kernel writes them row-major: the slice after it
+    failed at run time (error 0x12, "different dim orders"; checked below with the workaround off)."""
+    from hfexport.workarounds import executorch_nonzero_layout
+
+    model, x = _Coordinates(), torch.tensor([[1.0, -1.0, 2.0], [0.0, 3.0, 4.0]])
+    want = model(x)
+    assert want.tolist() == [0, 20, 11, 21]
+    exported = ExecutorchExporter().export(model, {"x": x}, ExecutorchConfig(dynamic=False))
+    assert "executorch-nonzero-layout" in exported.components["model"].metadata.workarounds
+    assert torch.equal(exported(x=x), want)
+
+    monkeypatch.setattr(executorch_nonzero_layout, "row_major_nonzero", lambda original: original)
+    unfixed = ExecutorchExporter().export(model, {"x": x}, ExecutorchConfig(dynamic=False))
+    with pytest.raises(RuntimeError, match="0x12"):
+        unfixed(x=x)
+
+
+class _TimeShift(torch.nn.Module):
+    """RWKV's time shift in small: every step one later along time, the last dropped (a pad of 1 before, -1 after)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.shift = torch.nn.ZeroPad2d((0, 0, 1, -1))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.shift(x) * 2 + torch.nn.functional.pad(x, (-1, 2), value=3.0)[..., :3]
+
+
+def test_a_negative_pad_runs_and_matches_eager(monkeypatch):
+    """The portable constant_pad_nd refused negative amounts at run time ("Padding values must be non-negative", error
+    0x12; checked below with the workaround off)."""
+    from hfexport.workarounds import executorch_negative_pad
+
+    model, x = _TimeShift(), torch.randn(2, 5, 3)
+    exported = ExecutorchExporter().export(model, {"x": x}, ExecutorchConfig(dynamic=False))
+    assert "executorch-negative-pad" in exported.components["model"].metadata.workarounds
+    assert torch.allclose(exported(x=x), model(x), atol=1e-6)
+
+    monkeypatch.setattr(executorch_negative_pad, "crop_then_pad", lambda original: original)
+    unfixed = ExecutorchExporter().export(model, {"x": x}, ExecutorchConfig(dynamic=False))
+    with pytest.raises(RuntimeError, match="0x12"):
+        unfixed(x=x)
