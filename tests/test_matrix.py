@@ -849,3 +849,17 @@ def test_convolutions_the_init_draws_small_get_a_scale_keeping_draw_so_query_sco
     assert all(len(torch.unique(row)) == model.config.num_queries for row in top)  # no tie among the queries kept
     again = build_model(model_type, class_name)  # seeded: every build draws the same weights
     assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), again.state_dict().values()))
+
+
+def test_a_size_named_one_config_under_a_sub_config_is_found_and_a_plain_sub_value_is_skipped():
+    from transformers import PretrainedConfig
+
+    from hfexport.tools.matrix.media import config_value
+
+    asr = PretrainedConfig(num_mel_bins=8)
+    nested = PretrainedConfig(audio_config=PretrainedConfig(asr_config=asr))
+    assert config_value(nested, "num_mel_bins") == 8  # (Nemotron 3.5 Transcribe: audio_config.asr_config)
+    top = PretrainedConfig(num_mel_bins=80, audio_config=PretrainedConfig(asr_config=asr))
+    assert config_value(top, "num_mel_bins") == 80  # the nearer one wins
+    plain = PretrainedConfig(encoder_config={"num_mel_bins": 4})  # (FastSpeech 2 Conformer: a plain value)
+    assert config_value(plain, "num_mel_bins") is None
