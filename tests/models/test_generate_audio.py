@@ -98,6 +98,13 @@ MASKED_FAMILIES = {"audioflamingo3": "AudioFlamingo3ForConditionalGeneration",
                    "fun_asr_nano": "FunAsrNanoForConditionalGeneration"}
 
 
+def _left_padded(rows):
+    """``input_ids`` and ``attention_mask`` of token rows of different lengths, left-padded with 0."""
+    width = max(map(len, rows))
+    return {"input_ids": torch.tensor([[0] * (width - len(s)) + s for s in rows]),
+            "attention_mask": torch.tensor([[0] * (width - len(s)) + [1] * len(s) for s in rows])}
+
+
 def _masked_clip_inputs(model, short, seed):
     """A left-padded batch of two clips, row 0's with only ``short`` real frames, each clip's audio tokens (as many as
     eager ``get_audio_features`` gives for that clip alone) after two text tokens, then ``3 + row`` text tokens."""
@@ -122,10 +129,7 @@ def _masked_clip_inputs(model, short, seed):
                                                    **extra).pooler_output.shape[0]
         text = torch.randint(3, 200, (5 + r,), generator=gen).tolist()
         rows.append(text[:2] + [config.audio_token_id] * count + text[2:])
-    width = max(map(len, rows))
-    ids = torch.tensor([[0] * (width - len(s)) + s for s in rows])
-    attention = torch.tensor([[0] * (width - len(s)) + [1] * len(s) for s in rows])
-    return {"input_ids": ids, "attention_mask": attention, "input_features": features, "input_features_mask": mask}
+    return {**_left_padded(rows), "input_features": features, "input_features_mask": mask}
 
 
 @pytest.mark.parametrize("family", list(MASKED_FAMILIES))
@@ -164,10 +168,7 @@ def _one_part_inputs(model, short, seed):
     for r, count in enumerate(counts.tolist()):
         text = torch.randint(3, 200, (5 + r,), generator=gen).tolist()
         rows.append(text[:2] + [config.audio_token_id] * count + text[2:])
-    width = max(map(len, rows))
-    ids = torch.tensor([[0] * (width - len(s)) + s for s in rows])
-    attention = torch.tensor([[0] * (width - len(s)) + [1] * len(s) for s in rows])
-    return {"input_ids": ids, "attention_mask": attention, "input_features": features, "input_features_mask": mask}
+    return {**_left_padded(rows), "input_features": features, "input_features_mask": mask}
 
 
 @pytest.mark.parametrize("backend", ["dynamo", *(pytest.param(b, marks=pytest.mark.sweep)

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .registry import Workaround, modeling_code_names, patch_attribute, register_workaround
+from .registry import modeling_code_names, patch_attribute, register_for_backends
 
 __all__ = ["bags_as_gather"]
 
@@ -48,21 +48,11 @@ def _apply(model: Any, inputs: dict):
     return patch_attribute(F, "embedding_bag", bags_as_gather(F.embedding_bag))
 
 
-for _backend, _versions, _target, _breaks in (
+register_for_backends("embedding-bag", _apply, lambda model, inputs: modeling_code_names(model, "embedding_bag"), (
     ("openvino", {"openvino": ">=2024.0,<2027"}, "OpenVINO CPU plugin: EmbeddingBagOffsets with a dynamic bag input",
      "compile_model fails with 'to_shape was called on a dynamic shape' for an embedding_bag whose input length "
      "depends on the inputs (Kimi-K2.5's vision position table, resampled per image)"),
     ("executorch", {"executorch": ">=0.6,<1.6"}, "ExecuTorch portable kernels: no aten._embedding_bag",
      "the program fails to load: 'Failed to load method forward, error: 0x:14' (an operator without a kernel; "
      "Kimi-K2.5's vision position table)"),
-):
-    register_workaround(Workaround(
-        id=f"{_backend}-embedding-bag",
-        backend=_backend,
-        target=_target,
-        breaks=_breaks,
-        upstream=None,
-        versions=_versions,
-        apply=_apply,
-        applies=lambda model, inputs: modeling_code_names(model, "embedding_bag"),
-    ))
+))

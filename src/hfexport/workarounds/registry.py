@@ -133,6 +133,15 @@ def register_workaround(workaround: Workaround) -> Workaround:
     return workaround
 
 
+def register_for_backends(suffix: str, apply: Callable[[Any, dict], Undo], applies: Callable[[Any, dict], bool],
+                          rows: Iterable[tuple[str, dict[str, str], str, str]]) -> None:
+    """Register one rewrite as a workaround per backend, ``"<backend>-<suffix>"``, from ``(backend, versions, target,
+    breaks)`` rows: each backend's own reason and tested versions (an op none of them converts)."""
+    for backend, versions, target, breaks in rows:
+        register_workaround(Workaround(id=f"{backend}-{suffix}", backend=backend, target=target, breaks=breaks,
+                                       upstream=None, versions=versions, apply=apply, applies=applies))
+
+
 def workaround(**fields: Any) -> Callable[[Callable[[Any, dict], Undo]], Callable[[Any, dict], Undo]]:
     """Register the decorated ``apply(model, inputs) -> undo`` as a :class:`Workaround` with ``fields`` (every
     field but ``apply``)::

@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from .registry import Workaround, modeling_code_names, patch_attribute, register_workaround
+from .registry import modeling_code_names, patch_attribute, register_for_backends
 
 __all__ = ["searchsorted_by_counting"]
 
@@ -50,7 +50,7 @@ def _apply(model: Any, inputs: dict):
     return patch_attribute(torch, "searchsorted", _searchsorted(torch.searchsorted))
 
 
-for _backend, _versions, _target, _breaks in (
+register_for_backends("searchsorted", _apply, lambda model, inputs: modeling_code_names(model, "searchsorted"), (
     ("onnx", {"onnxscript": "<=0.7.0"}, "torch.onnx: aten.searchsorted.Tensor (no ONNX function, no operator)",
      "the exported program does not convert: 'No ONNX function found for aten.searchsorted.Tensor' (Music "
      "Flamingo's audio timestamps)"),
@@ -59,14 +59,4 @@ for _backend, _versions, _target, _breaks in (
     ("executorch", {"executorch": ">=0.6,<1.6"}, "ExecuTorch to_edge: aten.searchsorted.Tensor (not Core ATen)",
      "to_edge refuses the program: 'Operator torch._ops.aten.searchsorted.Tensor is not in Core ATen opset' (Music "
      "Flamingo's audio timestamps)"),
-):
-    register_workaround(Workaround(
-        id=f"{_backend}-searchsorted",
-        backend=_backend,
-        target=_target,
-        breaks=_breaks,
-        upstream=None,
-        versions=_versions,
-        apply=_apply,
-        applies=lambda model, inputs: modeling_code_names(model, "searchsorted"),
-    ))
+))
