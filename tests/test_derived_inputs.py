@@ -213,3 +213,27 @@ def test_a_model_whose_get_image_features_lacks_the_prefix_stripping_decorator_g
     without_workaround("precomputed-kwargs-prefix")  # the premise: the tower meets image_* keys, not its own
     with pytest.raises(ExportError, match=r"(?s)GuardOnDataDependentSymNode.*vision_utils\.py:162"):
         DynamoExporter().export(model, inputs, DynamoConfig(dynamic=True))
+
+
+def test_the_same_image_mask_masks_an_eager_attention_too():
+    """An eager attention adds its mask to the scores: the boolean "same image" mask added 1 within an image and
+    masked nothing across (Inkling 2's tower, attention "eager": its image features off by 1e-5 of 0.1, enough to
+    move its logits by 1e-3); the mask is additive now. Checked on the tower's patches run in eager with the
+    workaround on and off."""
+    from hfexport.capture.image_features import ImageFeatures, _owner
+    from hfexport.tools.matrix.inputs import sample_inputs
+    from hfexport.workarounds.registry import applied_workarounds
+
+    torch.manual_seed(0)
+    model = build_model("inkling2", "Inkling2ForConditionalGeneration").eval()
+    assert model.config.vision_config._attn_implementation == "eager"
+    inputs = sample_inputs(model, "inkling2")
+    part = ImageFeatures(_owner(model)).eval()
+    kwargs = {k: inputs[k] for k in ("pixel_values", "image_grid_thw")}
+    assert int(kwargs["image_grid_thw"].shape[0]) == 2  # two images: a mask between them to get right
+    with torch.no_grad():
+        want = part(**kwargs)
+        with applied_workarounds("dynamo", part, kwargs, ids=["packed-vision-attention"]) as fired:
+            got = part(**kwargs)
+    assert fired == ["packed-vision-attention"]
+    assert (got - want).abs().max() < 1e-6

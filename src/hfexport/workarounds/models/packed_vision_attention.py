@@ -7,7 +7,7 @@ guards on them (``GuardOnDataDependentSymNode``). With flash attention configure
 call with ``cu_seq_lens_q=cu_seqlens`` instead. During the trace this workaround has such a module take that branch,
 with an attention function of ours behind the name: one call of the model's configured attention (SDPA, eager) over
 all patches with a "same image" mask built from ``cu_seqlens`` (each patch attends to its own image only: the split's
-result, in one graph for any number of images of any size).
+result, in one graph for any number of images of any size), additive, as an eager attention adds it to its scores.
 
 Drop it once transformers' vision attention traces with a symbolic image count.
 """
@@ -55,7 +55,11 @@ def _packed_attention(module: Any, query: torch.Tensor, key: torch.Tensor, value
     for name in ("cu_seq_lens_k", "max_length_q", "max_length_k"):
         kwargs.pop(name, None)
     segment = _segments(cu_seq_lens_q, query.shape[-2], query.device)
-    mask = (segment[:, None] == segment[None, :])[None, None]
+    # additive (0 within an image, the dtype's minimum across): SDPA takes it as a boolean one, and an eager
+    # attention adds its mask to the scores (a boolean one added 1 within an image and masked nothing: Inkling 2)
+    same = (segment[:, None] == segment[None, :])[None, None]
+    mask = torch.zeros(same.shape, dtype=query.dtype, device=query.device).masked_fill(~same,
+                                                                                       torch.finfo(query.dtype).min)
     eager = getattr(sys.modules[type(module).__module__], "eager_attention_forward", None)
     attention = ALL_ATTENTION_FUNCTIONS.get_interface(implementation, eager)
     return attention(module, query, key, value, attention_mask=mask, **kwargs)
