@@ -263,7 +263,8 @@ def test_block_masks_with_a_static_cache_match_eager(name):
                                                                  marks=pytest.mark.sweep),  # (30 s: in the sweep)
                                                     ("aria", "AriaForConditionalGeneration"),
                                                     ("mistral3", "Mistral3ForConditionalGeneration"),
-                                                    ("inkling_mm_model", "InklingForConditionalGeneration"),
+                                                    pytest.param("inkling_mm_model", "InklingForConditionalGeneration",
+                                                                 marks=pytest.mark.sweep),  # (~30 s)
                                                     pytest.param("inkling2", "Inkling2ForConditionalGeneration",
                                                                  marks=pytest.mark.sweep)])  # (~60 s)
 def test_a_matrix_tiny_image_prompt_generates_like_eager(model_type, class_name):
@@ -282,3 +283,16 @@ def test_a_matrix_tiny_image_prompt_generates_like_eager(model_type, class_name)
     sample = sample_inputs(model, model_type, batch=2, seq=6, for_generation=True)
     exported = DynamoExporter().export_for_generation(model, sample, DynamoConfig(dynamic=True))
     _assert_same_tokens(model, exported, inputs)
+
+
+def test_features_of_another_width_fill_the_placeholders_element_after_element_as_masked_scatter_does():
+    """Inkling's tower gives one 1024-wide row per image for 16 tokens of 64: the forward's masked_scatter fills the
+    positions element after element, and so does the merge (its generate case is in the sweep)."""
+    from hfexport.capture.glue import merge_image_features
+
+    ids = torch.tensor([[5, 9, 9, 9, 9, 6], [9, 9, 9, 9, 7, 8]])
+    embeds, features = torch.randn(2, 6, 8), torch.randn(4, 16)  # 8 placeholder tokens of 8 = 4 rows of 16
+    want = embeds.masked_scatter((ids == 9).unsqueeze(-1).expand_as(embeds), features)
+    assert torch.equal(merge_image_features(ids, embeds, features, 9), want)
+    with pytest.raises(UnsupportedError, match="8 image tokens .* give 3 features"):
+        merge_image_features(ids, embeds, torch.randn(3, 16), 9)

@@ -202,7 +202,8 @@ def _merge_modalities(config: Any, parts: dict, input_ids: torch.Tensor, embeds:
         encoder = parts.get(f"{modality}_encoder")
         if encoder is None:
             given = [k for k in PROMPT_INPUTS[modality] if inputs.get(k) is not None]
-            if given and not ((modality == "image" and whole is not None) or (modality == "audio" and heard)):
+            one_part = whole if modality == "image" else heard  # (the model's own get_*_features as one part)
+            if given and one_part is None:
                 raise UnsupportedError(
                     f"this export has no {modality} encoder (components: {sorted(parts)}): it was captured with a "
                     f"prompt without {modality}, so {given} cannot be merged; re-export with a {modality} prompt"
