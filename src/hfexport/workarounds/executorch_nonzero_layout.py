@@ -38,7 +38,7 @@ def row_major_nonzero(original: Any) -> Any:
     target="torch._subclasses.fake_impls.nonzero (column-major strides) -> ExecuTorch dim order",
     breaks="a slice of nonzero's indices fails at run time: '2 input tensors have different dim orders' in "
     "slice_copy, error 0x12 (Music Flamingo's audio features)",
-    upstream="torch/_meta_registrations.py nonzero (strides (1, count)); no issue known",
+    upstream="torch/_subclasses/fake_impls.py nonzero (strides (1, count)); no issue known",
     versions={"executorch": ">=0.6,<1.6"},
 )
 def _apply(model: Any, inputs: dict) -> Undo:
