@@ -257,6 +257,72 @@ def test_an_attention_mask_that_broadcasts_over_the_queries_runs_in_onnx_runtime
         _export(_PaddingMaskAttention(), inputs)[0](**inputs)
 
 
+class _MinMaskAttention(torch.nn.Module):
+    """An SDPA whose additive float mask fills masked keys with ``finfo.min`` (Doge's dynamic mask): a left-padded
+    query row is ``min`` on every key, another ``-inf`` on every key."""
+
+    def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
+        low = torch.finfo(q.dtype).min
+        mask = torch.triu(torch.full((q.shape[-2], k.shape[-2]), low), 1) + bias
+        mask = mask.expand(q.shape[0], 1, -1, -1).clone()
+        mask[0, :, 0] = low  # a padded row: every key masked with min
+        mask[1, :, 0] = float("-inf")  # every key masked with -inf
+        return torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+
+
+def test_an_attention_row_masked_with_the_float_minimum_averages_as_in_torch(without_workaround):
+    """A query row whose every key holds finfo(float32).min: torch's softmax weighs the keys equally, ONNX Runtime's
+    Attention kernel gives zeros; the program's min entries move one float step up (workaround
+    onnx-attention-min-mask), and a row of -inf stays zeros in both."""
+    gen = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(2, 4, 5, 8, generator=gen) for _ in range(3))
+    bias = torch.rand(5, 5, generator=gen)
+    inputs = {"q": q, "k": k, "v": v, "bias": bias}
+    expected = _MinMaskAttention()(q, k, v, bias)
+    assert torch.allclose(expected[0, :, 0], v[0].mean(-2), atol=1e-6)  # the premise: torch averages the min row
+    assert expected[1, :, 0].abs().max() == 0  # and gives zeros for the -inf row
+    exported, fired = _export(_MinMaskAttention(), inputs)
+    assert "onnx-attention-min-mask" in fired
+    got = exported(**inputs)
+    assert (got[0] if isinstance(got, (tuple, list)) else got).sub(expected).abs().max() <= 1e-5
+
+    without_workaround("onnx-attention-min-mask")
+    plain = _export(_MinMaskAttention(), inputs)[0](**inputs)
+    plain = plain[0] if isinstance(plain, (tuple, list)) else plain
+    assert plain[0, :, 0].abs().max() == 0  # the upstream behaviour: ONNX Runtime zeroes the min row
+    assert plain[0, :, 1:].sub(expected[0, :, 1:]).abs().max() <= 1e-5
+
+
+class _NgramHash(torch.nn.Module):
+    """BLT's n-gram hash: ``sum(tokens * prime ** i)`` in int64, wrapping past its range, then ``% vocab``; beside
+    it a sum over every axis, one over an empty axis and one of values past 2**53 that does not wrap."""
+
+    def forward(self, tokens: torch.Tensor, empty: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        # (a group size the config fixes: the powers fold to constants; ONNX Runtime's Pow of int64 itself goes
+        # through double too, not rewritten here)
+        powers = torch.tensor(1000000007, dtype=torch.int64) ** torch.arange(8)
+        hashed = torch.sum(tokens * powers, dim=-1)
+        exact = (tokens + 2**53).sum(dim=(0, 2), keepdim=True)
+        return hashed % 30000, hashed, (tokens * powers).sum(), empty.sum(-1), exact
+
+
+def test_an_int64_sum_adds_exactly_and_wraps_as_in_torch(without_workaround):
+    """ONNX Runtime's ReduceSum adds int64 in floating point (BLT's n-gram hash ids all differed): each 64-bit
+    integer sum is a CumSum whose last element is kept (workaround onnx-integer-sum)."""
+    gen = torch.Generator().manual_seed(0)
+    inputs = {"tokens": torch.randint(0, 256, (2, 5, 8), generator=gen), "empty": torch.zeros(3, 0, dtype=torch.long)}
+    expected = _NgramHash()(**inputs)
+    exported, fired = _export(_NgramHash(), inputs)
+    assert "onnx-integer-sum" in fired
+    for got, want in zip(exported(**inputs), expected, strict=True):
+        assert got.dtype == want.dtype and torch.equal(got, want)
+
+    without_workaround("onnx-integer-sum")
+    plain = _export(_NgramHash(), inputs)[0](**inputs)
+    assert not torch.equal(plain[0], expected[0])  # the premise: the hash ids differ
+    assert not torch.equal(plain[4], expected[4])  # and a sum past 2**53 loses its low bits
+
+
 def test_an_element_count_read_as_a_size_converts(monkeypatch):
     """Muse Spark's vision tower, as the matrix runs it (eager first, then the export, compared): a tensor's
     ``numel()`` read as a size reaches the conversion as ``aten.sym_numel``, which torchlib has no function for."""
