@@ -74,8 +74,19 @@ class Workaround:
 
 
 def patch_attribute(owner: Any, name: str, value: Any) -> Undo:
-    """Set ``owner.name = value``; return the function that puts the original back (a workaround's ``apply``)."""
-    original = getattr(owner, name)
+    """Set ``owner.name = value``; return the function that puts the original back (a workaround's ``apply``).
+
+    On a class, the original is taken from the class's own ``__dict__`` (a ``staticmethod`` stays one: ``getattr``
+    would give back the bare function, which the class then binds as a method), and an attribute the class only
+    inherited is deleted again rather than copied onto it."""
+    if isinstance(owner, type):
+        if name not in vars(owner):
+            getattr(owner, name)  # (an AttributeError for a name nothing defines, as below)
+            setattr(owner, name, value)
+            return lambda: delattr(owner, name)
+        original = vars(owner)[name]
+    else:
+        original = getattr(owner, name)
     setattr(owner, name, value)
     return lambda: setattr(owner, name, original)
 
@@ -218,7 +229,7 @@ BUILTIN_MODULES = tuple(f"hfexport.workarounds.{name}" for name in (
     "executorch_duplicate_validation", "torch_real_tensor_offsets", "scatter_reduce", "distribution_validation",
     "openvino_item_dtype", "embedding_bag", "openvino_split_to_bool", "executorch_xnnpack_repeated_outputs",
     "executorch_repeat_interleave", "openvino_integer_division",
-    "models.prophetnet", "searchsorted", "openvino_symbolic_floats",
+    "models.prophetnet", "searchsorted", "openvino_symbolic_floats", "models.longformer",
     "executorch_nonzero_layout", "executorch_negative_pad",
 ))
 
