@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from hfexport import ConfigError, ExportedModel, MissingPackageError, OpenVINOConfig
+from hfexport.errors import ExportError
 from hfexport.exporter_openvino import OpenVINOExporter
 from hfexport.validation import compare_outputs
 from backend_fixtures import CASE, model, plain_fixture, static_config  # noqa: F401 (model: a fixture)
@@ -324,6 +325,38 @@ def test_an_input_the_graph_never_reads_is_dropped_by_the_frontend_and_not_fed()
     with torch.no_grad():
         expected = model(**inputs).last_hidden_state
     assert (exported(**inputs).last_hidden_state - expected).abs().max() <= 1e-3
+
+
+class _MasksByLayerType(torch.nn.Module):
+    """A decoder's dict of masks by layer type, traced with one it has no layer of (Inkling's full-attention mask),
+    and position ids it does not read: the frontend drops the first unread input and keeps the second."""
+
+    def forward(self, attention_mask: dict[str, torch.Tensor], position_ids: torch.Tensor,
+                x: torch.Tensor) -> torch.Tensor:
+        sliding, linear = attention_mask["sliding_attention"], attention_mask["linear_attention"]
+        return x.masked_fill(~sliding[:, 0, :, : x.shape[-1]], 0.0) * linear[:, :, None].to(x.dtype)
+
+
+def test_unread_inputs_the_frontend_drops_in_part_are_named_from_the_program(monkeypatch):
+    """Which unread inputs the frontend drops is its own choice (here the first, not the position ids), and the
+    names it leaves on the parameters are shifted ("position_ids" on the boolean mask): the ports are named from the
+    one choice of unread program inputs that leaves the parameters' dtypes and ranks (Inkling on OpenVINO: "gave 4
+    inputs and 13 outputs; the traced signature has 5 and 13" before)."""
+    from hfexport.backends.openvino import convert
+
+    gen = torch.Generator().manual_seed(0)
+    masks = {"full_attention": torch.ones(2, 1, 4, 4, dtype=torch.bool),
+             "sliding_attention": torch.rand(2, 1, 4, 4, generator=gen) > 0.3,
+             "linear_attention": torch.randint(0, 2, (2, 4), generator=gen)}
+    inputs = {"attention_mask": masks, "position_ids": torch.arange(4).expand(2, 4), "x": torch.randn(2, 4, 4)}
+    exported = OpenVINOExporter().export(_MasksByLayerType(), inputs, OpenVINOConfig(dynamic=True))
+    assert [p.get_friendly_name() for p in exported.program.get_parameters()] == \
+        ["attention_mask.sliding_attention", "attention_mask.linear_attention", "position_ids", "x"]
+    assert torch.equal(exported(**inputs), _MasksByLayerType()(**inputs))
+
+    monkeypatch.setattr(convert, "_read_by_program", lambda program, params, metadata: None)
+    with pytest.raises(ExportError, match="gave 4 inputs"):  # the premise: the frontend's own names do not fit
+        OpenVINOExporter().export(_MasksByLayerType(), inputs, OpenVINOConfig(dynamic=True))
 
 
 def test_an_average_pool_wider_than_its_input_is_converted_as_the_mean_torch_computes():

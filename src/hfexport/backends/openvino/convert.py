@@ -74,17 +74,18 @@ def explain_frontend_failure(error: BaseException, version: str) -> str:
             + " | ".join(lines))
 
 
-def name_ports(model: Any, metadata: ExportMetadata) -> Any:
+def name_ports(model: Any, metadata: ExportMetadata, program: Any = None) -> Any:
     """Name the ports of a converted ``model`` from ``metadata`` (in place); returns it.
 
     A user input the program kept as a placeholder without a tensor (an ``attention_mask=None``) became a parameter
-    of no type: it is removed (the signature has no entry for it).
+    of no type: it is removed (the signature has no entry for it). The frontend drops some of the inputs the traced
+    ``program`` never reads: their names are skipped.
     """
     _drop_non_tensor_inputs(model, metadata)
     params, results = model.get_parameters(), model.get_results()
     names_in, names_out = input_names(metadata), output_names(metadata)
     if len(params) < len(names_in) and len(results) == len(names_out):
-        names_in = _read_inputs(params, names_in)
+        names_in = _read_by_program(program, params, metadata) or _read_inputs(params, names_in)
     if len(params) != len(names_in) or len(results) != len(names_out):
         raise ExportError(
             f"openvino.convert_model gave {len(params)} inputs and {len(results)} outputs; the traced signature has "
@@ -110,6 +111,28 @@ def name_ports(model: Any, metadata: ExportMetadata) -> Any:
         result.output(0).get_tensor().set_names({name})  # a Result holds its own names (OpenVINO >= 2025)
     model.validate_nodes_and_infer_types()
     return model
+
+
+def _read_by_program(program: Any, params: list[Any], metadata: ExportMetadata) -> list[str] | None:
+    """The input names of ``params`` when the frontend dropped some of the user inputs the traced ``program`` never
+    reads (a mask of a layer type the model has no layer of: Inkling's full-attention mask; it keeps some unread
+    ones): the one choice of unread inputs whose removal leaves the parameters' dtypes and ranks, in order; None
+    when no choice or several fit."""
+    import itertools
+
+    import numpy as np
+
+    names = input_names(metadata)
+    wanted = set(program.graph_signature.user_inputs) if program is not None else set()
+    placeholders = [n for n in program.graph.nodes if n.op == "placeholder" and n.name in wanted] if wanted else []
+    if len(placeholders) != len(names) or len(params) >= len(names):
+        return None
+    unread = [i for i, node in enumerate(placeholders) if not node.users]
+    kinds = [(np.dtype(p.get_element_type().to_dtype()).name, p.get_partial_shape().rank.get_length()) for p in params]
+    specs = [(s.dtype, len(s.shape)) for s in metadata.inputs]
+    fits = [set(dropped) for dropped in itertools.combinations(unread, len(names) - len(params))
+            if [specs[i] for i in range(len(names)) if i not in dropped] == kinds]
+    return [n for i, n in enumerate(names) if i not in fits[0]] if len(fits) == 1 else None
 
 
 def _read_inputs(params: list[Any], names: list[str]) -> list[str]:

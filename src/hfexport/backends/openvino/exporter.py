@@ -50,7 +50,7 @@ class OpenVINOExporter(HfExporter):
         start = time.perf_counter()
         converted = convert(program)
         logger.info("openvino.convert_model: %.1fs", time.perf_counter() - start)
-        return name_ports(converted, metadata)
+        return name_ports(converted, metadata, program)
 
     def finish(self, lowered: Any, metadata: ExportMetadata, step: ExportStep) -> Any:
         """Quantize with a quantizer that works on OpenVINO models (NNCF), merge the fp32 projections that read one
