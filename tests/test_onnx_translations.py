@@ -323,6 +323,30 @@ def test_an_int64_sum_adds_exactly_and_wraps_as_in_torch(without_workaround):
     assert not torch.equal(plain[4], expected[4])  # and a sum past 2**53 loses its low bits
 
 
+class _WithSizes(torch.nn.Module):
+    """A backbone that returns its feature map's spatial sizes beside it (MaskFormer's Swin: ints)."""
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, tuple[int, int], torch.Tensor]:
+        pooled = torch.nn.functional.avg_pool2d(x, 2)
+        return pooled, (pooled.shape[-2], pooled.shape[-1]), pooled.sum(-1)
+
+
+def test_sizes_returned_beside_the_tensors_come_back_from_the_runner(without_workaround):
+    """torch.onnx stops at an int output ("'int' object has no attribute 'name'"); the graph leaves the constants
+    out (workaround onnx-constant-outputs) and the runner returns them in their places, as eager does."""
+    x = torch.randn(2, 3, 8, 8)
+    expected = _WithSizes()(x)
+    exported = OnnxExporter().export(_WithSizes(), {"x": x}, OnnxConfig())  # (static: the sizes are constants)
+    assert "onnx-constant-outputs" in exported.components["model"].metadata.workarounds
+    got = exported(x=x)
+    assert tuple(got[1]) == expected[1] == (4, 4)
+    assert torch.allclose(got[0], expected[0], atol=1e-6) and torch.allclose(got[2], expected[2], atol=1e-5)
+
+    without_workaround("onnx-constant-outputs")
+    with pytest.raises(ExportError, match="has no attribute 'name'"):  # the premise
+        OnnxExporter().export(_WithSizes(), {"x": x}, OnnxConfig())
+
+
 def test_an_element_count_read_as_a_size_converts(monkeypatch):
     """Muse Spark's vision tower, as the matrix runs it (eager first, then the export, compared): a tensor's
     ``numel()`` read as a size reaches the conversion as ``aten.sym_numel``, which torchlib has no function for."""
