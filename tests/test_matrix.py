@@ -794,6 +794,21 @@ def test_named_inputs_carry_what_their_models_read_from_them():
     assert mask.dtype == torch.bool and not mask.any()
 
 
+def test_a_vocoder_gets_its_noise_as_an_input_so_eager_is_deterministic():
+    """UnivNet draws its noise with randn when not given it: a program with a random op neither matches eager nor
+    converts (ONNX: no function for aten.randn.generator); the matrix passes ``noise_sequence``."""
+    import torch
+
+    model = build_model("univnet", "UnivNetModel")
+    inputs = sample_inputs(model, "univnet")
+    features, noise = inputs["input_features"], inputs["noise_sequence"]
+    assert noise.shape == (*features.shape[:2], model.config.model_in_channels)
+    with torch.no_grad():
+        first, second = model(**inputs).waveforms, model(**inputs).waveforms
+        unseeded = model(input_features=features).waveforms
+    assert torch.equal(first, second) and not torch.allclose(first, unseeded)
+
+
 def test_a_generate_row_where_eager_stops_at_once_compares_new_tokens_tokens_not_one(monkeypatch):
     """A random tiny model may emit EOS as its first token (Florence-2's), and an export that stops too would pass on
     no token at all: the worker then has both sides generate NEW_TOKENS with transformers' min_new_tokens."""

@@ -359,6 +359,28 @@ def test_unread_inputs_the_frontend_drops_in_part_are_named_from_the_program(mon
         OpenVINOExporter().export(_MasksByLayerType(), inputs, OpenVINOConfig(dynamic=True))
 
 
+class _WithSizes(torch.nn.Module):
+    """A backbone that returns its feature map's spatial sizes beside it (MaskFormer's Swin: ints)."""
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, tuple[int, int]]:
+        pooled = torch.nn.functional.avg_pool2d(x, 2)
+        return pooled, (pooled.shape[-2], pooled.shape[-1])
+
+
+def test_sizes_returned_beside_the_tensors_come_back_from_the_runner(without_workaround):
+    """The frontend looks a returned int up among the graph's values ("4 is not in list"); the program's constant
+    outputs become None before conversion (openvino-constant-outputs) and the runner returns them in their places."""
+    x = torch.randn(2, 3, 8, 8)
+    exported = OpenVINOExporter().export(_WithSizes(), {"x": x}, OpenVINOConfig())
+    assert "openvino-constant-outputs" in exported.components["model"].metadata.workarounds
+    got = exported(x=x)
+    assert tuple(got[1]) == (4, 4) and torch.allclose(got[0], _WithSizes()(x)[0], atol=1e-6)
+
+    without_workaround("openvino-constant-outputs")
+    with pytest.raises(ExportError, match="not in list"):  # the premise
+        OpenVINOExporter().export(_WithSizes(), {"x": x}, OpenVINOConfig())
+
+
 def test_an_average_pool_wider_than_its_input_is_converted_as_the_mean_torch_computes():
     """EfficientNet's ``AvgPool2d(hidden_dim, ceil_mode=True)``: "Kernel after dilation has size (dim: 16) larger than
     the data shape after padding (dim: 3)" at compile time without openvino-global-avg-pool."""

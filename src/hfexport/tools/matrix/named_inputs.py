@@ -13,7 +13,8 @@ main input is none of the text, image, audio and hidden-state recipes of :mod:`.
   ``latent_query_num`` positions its image fills after the start token; ``prompt_pixel_values`` / ``prompt_masks`` (SegGPT's
   in-context pair, stacked with the image on the height axis, so that each is half the configured height);
   ``noise`` (ViT-MAE's random masking, ``[B, patches]`` uniform, which its forward draws with ``torch.rand`` when
-  not given: a program with a random op neither matches eager nor runs everywhere); ``classes_structure``
+  not given: a program with a random op neither matches eager nor runs everywhere), and UnivNet's ``noise_sequence``
+  (``[B, frames, model_in_channels]``, for the same reason); ``classes_structure``
   (OmDet-Turbo's count of class prompts per task, of its flattened ``classes_input_ids``).
 """
 
@@ -108,4 +109,8 @@ def companions(model: Any, out: dict[str, Any], params: Any, gen: torch.Generato
     if isinstance(pixels, torch.Tensor) and "noise" in params and isinstance(patch, int) and ratio is not None:
         patches = (pixels.shape[-2] // patch) * (pixels.shape[-1] // patch)
         out = {**out, "noise": torch.rand(pixels.shape[0], patches, generator=gen)}
+    features, channels = out.get("input_features"), getattr(config, "model_in_channels", None)
+    if isinstance(features, torch.Tensor) and features.dim() == 3 and "noise_sequence" in params \
+            and isinstance(channels, int):  # UnivNet: [B, frames, model_in_channels], drawn by randn when not given
+        out = {**out, "noise_sequence": torch.randn(*features.shape[:2], channels, generator=gen)}
     return out

@@ -1,19 +1,20 @@
-"""ONNX: a program output that is a Python number is left out of the ONNX graph, as a ``None`` output is.
+"""ONNX, OpenVINO: a program output that is a Python number is left out of the converted graph, as ``None`` is.
 
 A model may return sizes beside its tensors (MaskFormer's Swin backbone returns each stage's
 ``hidden_states_spatial_dimensions``, ints). torch.export keeps them as constant outputs of the graph; torch.onnx's
 ``_handle_output_node`` (torch/onnx/_internal/exporter/_core.py) reads ``.name`` off every output and stops
-("'int' object has no attribute 'name'"), where it skips a ``None``. The export's metadata records every constant
-output (``out_constants``) and its runner puts them back between the graph's tensor outputs, so after torch.onnx
-decomposes the program each constant in its output node becomes ``None``. Drop it once torch.onnx skips constant
-outputs.
+("'int' object has no attribute 'name'"), where it skips a ``None``; OpenVINO's PyTorch frontend looks the number up
+among the graph's values ("4 is not in list"). The export's metadata records every constant output
+(``out_constants``) and the runners put them back between the graph's tensor outputs, so each constant in the
+program's output node becomes ``None`` before conversion (ONNX: after torch.onnx decomposes the program). Drop each
+once its converter skips constant outputs.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from .registry import workaround
+from .registry import patch_attribute, workaround
 
 __all__ = ["constant_outputs_as_none"]
 
@@ -49,3 +50,28 @@ def _apply(model: Any, inputs: dict):
     from ..backends.onnx.translations import around_decomposition
 
     return around_decomposition(after=constant_outputs_as_none)
+
+
+@workaround(
+    id="openvino-constant-outputs",
+    backend="openvino",
+    target="openvino.convert_model (an ExportedProgram whose outputs include Python numbers)",
+    breaks="a program that returns a Python number (MaskFormer Swin's spatial sizes) fails to convert: "
+    "\"4 is not in list\"",
+    upstream="OpenVINO PyTorch frontend (torchdynamo / ExportedProgram decoder); no issue known",
+    versions={"openvino": ">=2024.0,<2027"},
+)
+def _apply_openvino(model: Any, inputs: dict):
+    import openvino
+
+
+    original = openvino.convert_model
+
+    def convert_model(input_model: Any, *args: Any, **kwargs: Any) -> Any:
+        import torch
+
+        if isinstance(input_model, torch.export.ExportedProgram):
+            constant_outputs_as_none(input_model)
+        return original(input_model, *args, **kwargs)
+
+    return patch_attribute(openvino, "convert_model", convert_model)
