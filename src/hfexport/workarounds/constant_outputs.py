@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .registry import patch_attribute, workaround
+from .registry import workaround
 
 __all__ = ["constant_outputs_as_none"]
 
@@ -62,16 +62,6 @@ def _apply(model: Any, inputs: dict):
     versions={"openvino": ">=2024.0,<2027"},
 )
 def _apply_openvino(model: Any, inputs: dict):
-    import openvino
+    from .openvino_convert import rewrite_program_before_convert
 
-
-    original = openvino.convert_model
-
-    def convert_model(input_model: Any, *args: Any, **kwargs: Any) -> Any:
-        import torch
-
-        if isinstance(input_model, torch.export.ExportedProgram):
-            constant_outputs_as_none(input_model)
-        return original(input_model, *args, **kwargs)
-
-    return patch_attribute(openvino, "convert_model", convert_model)
+    return rewrite_program_before_convert(constant_outputs_as_none)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .registry import patch_attribute, workaround
+from .registry import workaround
 
 __all__ = ["drop_empty_cat_operands"]
 
@@ -57,15 +57,6 @@ def drop_empty_cat_operands(program: Any) -> int:
     versions={"openvino": ">=2024.0,<2027"},
 )
 def _apply(model: Any, inputs: dict):
-    import openvino
+    from .openvino_convert import rewrite_program_before_convert
 
-    original = openvino.convert_model
-
-    def convert_model(input_model: Any, *args: Any, **kwargs: Any) -> Any:
-        import torch
-
-        if isinstance(input_model, torch.export.ExportedProgram):
-            drop_empty_cat_operands(input_model)
-        return original(input_model, *args, **kwargs)
-
-    return patch_attribute(openvino, "convert_model", convert_model)
+    return rewrite_program_before_convert(drop_empty_cat_operands)
