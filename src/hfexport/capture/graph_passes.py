@@ -10,7 +10,7 @@ import torch
 
 __all__ = ["drop_tensor_checks", "fold_split_cat", "program_graphs", "rewrite_nodes", "traced", "resolve_sym_min_max",
            "separate_repeated_outputs", "sym_pow_as_products",
-           "size_range", "call_with_value", "sym_mod_as_floordiv"]
+           "size_range", "call_with_value", "sym_mod_as_floordiv", "constant_outputs_as_none"]
 
 
 def drop_tensor_checks(program: torch.export.ExportedProgram) -> int:
@@ -262,3 +262,21 @@ def separate_repeated_outputs(program: Any, copy: Callable[[torch.fx.Graph, torc
         output.args = (type(output.args[0])(values), *output.args[1:])
         program.graph_module.recompile()
     return count
+
+
+def constant_outputs_as_none(program: Any) -> int:
+    """Replace the numbers, strings and booleans among ``program``'s graph outputs by ``None``, in place; returns
+    how many. torch.onnx and OpenVINO's frontend convert a program that returns a Python number (MaskFormer Swin's
+    spatial sizes) only this way: each skips a ``None`` output; the export's metadata keeps the constants
+    (``out_constants``) for the runners to put back."""
+    module = program.graph_module
+    output = next(n for n in module.graph.nodes if n.op == "output")
+    values = output.args[0]
+    if not isinstance(values, (tuple, list)):
+        return 0
+    constant = [v is not None and not isinstance(v, torch.fx.Node) for v in values]
+    if not any(constant):
+        return 0
+    output.args = (type(values)(None if c else v for c, v in zip(constant, values)),)
+    module.recompile()
+    return sum(constant)
