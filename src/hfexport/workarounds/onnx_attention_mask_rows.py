@@ -15,7 +15,7 @@ from typing import Any
 
 from .registry import workaround
 
-__all__ = ["expand_mask_rows"]
+__all__ = ["expand_mask_rows", "sdpa_mask", "set_sdpa_mask"]
 
 _MASK = 3  # position of attn_mask in aten.scaled_dot_product_attention's schema
 
@@ -28,6 +28,19 @@ def expand_mask_rows(program: Any) -> int:
     return rewrite_nodes(program, _expand_rows)
 
 
+def sdpa_mask(node: Any) -> Any:
+    """The ``attn_mask`` argument of an ``aten.scaled_dot_product_attention`` node (positional or keyword)."""
+    return node.kwargs.get("attn_mask") if len(node.args) <= _MASK else node.args[_MASK]
+
+
+def set_sdpa_mask(node: Any, mask: Any) -> None:
+    """Make ``mask`` the ``attn_mask`` of an SDPA node, where the node passes it."""
+    if len(node.args) <= _MASK:
+        node.kwargs = {**node.kwargs, "attn_mask": mask}
+    else:
+        node.args = (*node.args[:_MASK], mask, *node.args[_MASK + 1:])
+
+
 def _expand_rows(graph: Any, node: Any) -> bool:
     import torch
 
@@ -35,8 +48,7 @@ def _expand_rows(graph: Any, node: Any) -> bool:
 
     if node.target is not torch.ops.aten.scaled_dot_product_attention.default:
         return False
-    from_kwargs = len(node.args) <= _MASK
-    mask_node = node.kwargs.get("attn_mask") if from_kwargs else node.args[_MASK]
+    mask_node = sdpa_mask(node)
     mask, query = traced(mask_node), traced(node.args[0])
     if not isinstance(mask, torch.Tensor) or mask.dim() < 2 or not isinstance(query, torch.Tensor):
         return False
@@ -50,10 +62,7 @@ def _expand_rows(graph: Any, node: Any) -> bool:
         sizes = [-1] * (mask.dim() - 2) + [length, -1]
         expanded = call_with_value(graph, aten.expand.default, (mask_node, sizes),
                                    mask.expand(*([-1] * (mask.dim() - 2)), queries, -1))
-    if from_kwargs:
-        node.kwargs = {**node.kwargs, "attn_mask": expanded}
-    else:
-        node.args = (*node.args[:_MASK], expanded, *node.args[_MASK + 1:])
+    set_sdpa_mask(node, expanded)
     return True
 
 

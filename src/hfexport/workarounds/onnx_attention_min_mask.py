@@ -19,9 +19,6 @@ from .registry import workaround
 
 __all__ = ["lift_min_masks"]
 
-_MASK = 3  # position of attn_mask in aten.scaled_dot_product_attention's schema
-
-
 def lift_min_masks(program: Any) -> int:
     """Replace ``finfo(dtype).min`` in the float ``attn_mask`` of every SDPA of ``program`` by the next float towards
     zero, in place; returns how many SDPAs read a lifted mask."""
@@ -35,11 +32,11 @@ def _lift(graph: Any, node: Any, lifted: dict[Any, Any]) -> bool:
     import torch
 
     from ..capture.graph_passes import call_with_value, traced
+    from .onnx_attention_mask_rows import sdpa_mask, set_sdpa_mask
 
     if node.target is not torch.ops.aten.scaled_dot_product_attention.default:
         return False
-    from_kwargs = len(node.args) <= _MASK
-    mask_node = node.kwargs.get("attn_mask") if from_kwargs else node.args[_MASK]
+    mask_node = sdpa_mask(node)
     mask = traced(mask_node)
     if not isinstance(mask_node, torch.fx.Node) or not isinstance(mask, torch.Tensor) \
             or not mask.dtype.is_floating_point:
@@ -51,10 +48,7 @@ def _lift(graph: Any, node: Any, lifted: dict[Any, Any]) -> bool:
         with graph.inserting_before(node):
             at_min = call_with_value(graph, aten.eq.Scalar, (mask_node, low), mask.eq(low))
             lifted[mask_node] = call_with_value(graph, aten.masked_fill.Scalar, (mask_node, at_min, above), mask)
-    if from_kwargs:
-        node.kwargs = {**node.kwargs, "attn_mask": lifted[mask_node]}
-    else:
-        node.args = (*node.args[:_MASK], lifted[mask_node], *node.args[_MASK + 1:])
+    set_sdpa_mask(node, lifted[mask_node])
     return True
 
 
