@@ -261,6 +261,11 @@ def test_inputs_whose_layout_the_config_does_not_say_are_found_by_running_the_mo
     ("kosmos-2", "Kosmos2ForConditionalGeneration",
      {"pixel_values": (2, 3, 32, 32), "input_ids": (2, 68), "attention_mask": (2, 68),
       "image_embeds_position_mask": (2, 68)}),
+    # Kosmos-2.5: its image as Pix2Struct's flattened patches, placed as Kosmos-2's (8 latent positions, overridden
+    # from 2048)
+    ("kosmos-2.5", "Kosmos2_5ForConditionalGeneration",
+     {"input_ids": (2, 12), "attention_mask": (2, 12), "flattened_patches": (2, 16, 770),
+      "image_embeds_position_mask": (2, 12)}),
     # a boolean padding mask (Gemma 3n's audio tower: True at padded frames), over the frames, not the 128 bins
     ("gemma3n_audio", "Gemma3nAudioEncoder", {"audio_mel": (2, 32, 128), "audio_mel_mask": (2, 32)}),
     # a text-and-audio dual encoder gets a spectrogram too, as one channel [B, 1, frames, mel] (CLAP's; its
@@ -372,6 +377,34 @@ def test_image_text_models_whose_tower_takes_a_grid_or_patches_get_an_image(mode
         logits = model(**inputs).logits[:, -1]
         other = model(**{**inputs, "pixel_values": inputs["pixel_values"] + 1.0}).logits[:, -1]
     assert (logits - other).abs().max() > 1e-4
+
+
+@pytest.mark.parametrize("model_type, class_name, shapes, tokens", [
+    # a 2 x 2-patch grid given as [height, width] rows (no time axis), pixel-shuffled to one token; its config leaves
+    # the image token to the processor (the override sets it)
+    ("nemotron_h_omni", "NemotronH_Omni_Reasoning_V3", {"input_ids": (2, 7), "attention_mask": (2, 7),
+     "pixel_values": (8, 192), "image_grid_hw": (2, 2)}, 1),
+    # crops, pooling indices and grids only Molmo 2's own image processor lays out (one 27 x 27-patch crop of 8-pixel
+    # patches plus its low-resolution view: 2 x 196 pooled tokens)
+    ("molmo2", "Molmo2ForConditionalGeneration", {"input_ids": (2, 400), "attention_mask": (2, 400),
+     "pixel_values": (4, 729, 192), "image_token_pooling": (784, 4), "image_grids": (2, 4), "image_num_crops": (2,),
+     "mm_token_type_ids": (2, 400)}, 392),
+])
+def test_image_text_models_whose_image_inputs_only_their_processor_names_get_an_image(model_type, class_name, shapes,
+                                                                                      tokens):
+    """They got text only before (generate: no-inputs, issue 22)."""
+    import torch
+
+    model = build_model(model_type, class_name)
+    inputs = sample_inputs(model, model_type)
+    assert {k: tuple(v.shape) for k, v in inputs.items()} == shapes
+    assert (inputs["input_ids"] == model.config.image_token_id).sum(dim=1).tolist() == [tokens, tokens]
+    with torch.no_grad():
+        logits = model(**inputs).logits
+        other = model(**{**inputs, "pixel_values": torch.randn_like(inputs["pixel_values"])}).logits
+    # the image reaches the text model: a dropped one leaves the logits bit for bit (Molmo 2's tiny random adapter
+    # adds features of ~1e-3 to the placeholders' embeddings: its logits move by ~5e-6)
+    assert (logits - other).abs().max() > 1e-6
 
 
 def test_a_shrunk_model_builds_small_deterministic_and_runs_on_its_sample_inputs():
@@ -878,3 +911,13 @@ def test_a_size_named_one_config_under_a_sub_config_is_found_and_a_plain_sub_val
     assert config_value(top, "num_mel_bins") == 80  # the nearer one wins
     plain = PretrainedConfig(encoder_config={"num_mel_bins": 4})  # (FastSpeech 2 Conformer: a plain value)
     assert config_value(plain, "num_mel_bins") is None
+
+
+def test_crop_grid_pinpoints_scale_with_the_tower_in_the_unit_they_are_written_in():
+    """LLaVA-NeXT's pinpoints are multiples of its tower's 336 pixels; Granite 4 Vision's default pinpoints are
+    multiples of 336 beside a 224-pixel default tower (scaled by 32/224 they were 48 x 96: no whole crops)."""
+    from hfexport.tools.matrix.shrink import tiny_config
+
+    crops = [[32, 64], [64, 32], [64, 64], [96, 32], [32, 96]]
+    assert tiny_config("granite4_vision").image_grid_pinpoints == crops
+    assert tiny_config("llava_next").image_grid_pinpoints[:2] == crops[:2]

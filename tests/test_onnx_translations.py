@@ -362,3 +362,32 @@ def test_an_element_count_read_as_a_size_converts(monkeypatch):
         assert row["status"] == "fail" and "sym_numel" in row["reason"], row
     row = run_case(*case)
     assert row["status"] == "pass" and row["max_abs_diff"] <= 1e-4, row
+
+
+class _Pooled(torch.nn.Module):
+    """Molmo 2's image pooling: patch features gathered by a 2-D int32 index table (its processor's
+    ``image_token_pooling``), and a row written back through an int32 index."""
+
+    def forward(self, features: torch.Tensor, pooling: torch.Tensor, rows: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        gathered = features[pooling.clip(0)]
+        written = features.clone()
+        written[rows] = gathered[: rows.shape[0], 0]
+        return gathered.mean(-2), written
+
+
+def test_an_int32_index_table_gathers_as_in_torch(without_workaround):
+    """GatherND and ScatterND take int64 indices only; torchlib hands them an int32 index as it is, which ONNX
+    Runtime refuses at load (workaround onnx-index-dtype casts it)."""
+    gen = torch.Generator().manual_seed(0)
+    inputs = {"features": torch.randn(12, 8, generator=gen),
+              "pooling": torch.randint(-1, 12, (5, 4), generator=gen, dtype=torch.int32),
+              "rows": torch.tensor([3, 0, 7], dtype=torch.int32)}
+    expected = _Pooled()(**inputs)
+    exported, fired = _export(_Pooled(), inputs)
+    assert "onnx-index-dtype" in fired
+    for got, want in zip(exported(**inputs), expected, strict=True):
+        torch.testing.assert_close(got, want, rtol=0, atol=1e-6)
+
+    without_workaround("onnx-index-dtype")
+    with pytest.raises(Exception, match="tensor\\(int32\\).*(GatherND|ScatterND)"):
+        _export(_Pooled(), inputs)[0](**inputs)

@@ -58,6 +58,11 @@ CASES = [
     # Dynamo traces the sample's branch of code that branches on tensor values, asserted at run time (19 s: the
     # sweep; the matrix's led rows run it on every backend)
     pytest.param("led", "generate", marks=pytest.mark.sweep),
+    # its language model is a whole ForCausalLM (logits, no separate lm_head); its grid is [height, width]
+    pytest.param("nemotron_h_omni", "generate", marks=pytest.mark.sweep),
+    # its features are added to the placeholders' embeddings (the capture: test_features_added_to_..., default suite),
+    # and its decode step takes the prompt's image_num_crops
+    pytest.param("molmo2", "generate", marks=pytest.mark.sweep),
 ]
 
 
@@ -151,3 +156,36 @@ def test_rwkv_decodes_each_row_of_a_batch_as_it_decodes_alone():
     assert torch.equal(exported.generate(input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=8), alone)
     assert torch.equal(exported.generate(input_ids=ids[1:], max_new_tokens=8), alone[1:])
     assert "rwkv" in GENERATE_ONE_ROW  # the matrix compares one row with eager
+
+
+def test_features_added_to_the_placeholder_embeddings_are_captured_with_that_embedding():
+    """Molmo 2 adds its image features to the image tokens' embeddings where other models replace them: the image
+    part's output carries that embedding row, so that replacing the placeholders with it gives the model's own
+    inputs_embeds (the replacing reading is off by the embedding)."""
+    import torch
+
+    from hfexport.capture.glue import merge_image_features
+    from hfexport.capture.image_features import image_features_part
+    from hfexport.tools.matrix.inputs import sample_inputs
+    from hfexport.tools.matrix.shrink import build_model
+
+    torch.manual_seed(0)
+    model = build_model("molmo2", "Molmo2ForConditionalGeneration").eval()
+    inputs = sample_inputs(model, "molmo2", batch=2, seq=6, for_generation=True)
+    seen = {}
+    hook = model.model.language_model.register_forward_pre_hook(
+        lambda module, args, kwargs: seen.update(embeds=kwargs["inputs_embeds"]) or None, with_kwargs=True)
+    with torch.no_grad():
+        model(**inputs)
+    hook.remove()
+    embed = model.get_input_embeddings()
+    part, kwargs = image_features_part(model, inputs, embed, seen["embeds"])
+    token = model.config.image_token_id
+    assert torch.equal(part.placeholder, embed.weight[token])
+    with torch.no_grad():
+        features = part(**kwargs)
+        ids = inputs["input_ids"]
+        replaced = merge_image_features(ids, embed(ids), features - part.placeholder, token)
+        merged = merge_image_features(ids, embed(ids), features, token)
+    torch.testing.assert_close(merged, seen["embeds"], rtol=1e-5, atol=1e-6)
+    assert (replaced - seen["embeds"]).abs().max() > 1e-3

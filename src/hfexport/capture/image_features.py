@@ -8,7 +8,9 @@ is captured instead as :class:`ImageFeatures`: a module whose forward is the mod
 image inputs, returning the features the model scatters over its image tokens (``[image tokens, hidden]``). The
 parts it owns are the model's (its base model shallow-copied without the language model, so the export holds the
 vision weights only). :func:`image_features_part` builds it and checks, as the glue's capture does, that scattering
-its output reproduces the model's own ``inputs_embeds``.
+its output reproduces the model's own ``inputs_embeds``; where the model adds its features to the placeholder token's
+embedding instead of replacing it (Molmo 2), the part adds that embedding row itself, so that generation replaces
+the placeholders as for any other model.
 
 An audio-text model whose type has no glue in :data:`.audio.AUDIO_GLUE` (Nemotron 3.5 Transcribe, Music Flamingo)
 is captured the same way with its ``get_audio_features``: :class:`AudioFeatures`, :func:`audio_features_part`.
@@ -56,13 +58,18 @@ class ImageFeatures(torch.nn.Module):
 
     method = "get_image_features"
 
-    def __init__(self, owner: torch.nn.Module):
+    def __init__(self, owner: torch.nn.Module, placeholder: torch.Tensor | None = None):
         super().__init__()
         self.owner = owner
+        # a model that adds its features to the placeholder token's embedding instead of replacing it (Molmo 2):
+        # that embedding row, added here, so that replacing the placeholders with the output gives the same
+        self.register_buffer("placeholder", placeholder, persistent=False)
 
     def forward(self, **inputs: torch.Tensor) -> torch.Tensor | tuple[torch.Tensor, ...]:
         out = getattr(self.owner, self.method)(**inputs)
         features = flat_features(out)
+        if self.placeholder is not None:
+            features = features + self.placeholder
         deepstack = getattr(out, "deepstack_features", None)
         if not deepstack:
             return features
@@ -104,18 +111,24 @@ def _part(kind: type[ImageFeatures], modality: str, main: str, model: torch.nn.M
     kwargs = {k: v for k, v in call.items() if k in params and isinstance(v, torch.Tensor)}
     if main not in kwargs:
         return None
-    part = kind(owner).eval()
     try:
+        token = placeholder_token_id(model.config, modality)
         with torch.no_grad():
-            features = part(**kwargs)
-            features = features[0] if isinstance(features, tuple) else features
-            merged = merge_image_features(call["input_ids"], embed(call["input_ids"]), features,
-                                          placeholder_token_id(model.config, modality), modality)
-    except Exception:  # noqa: BLE001 - not a model whose features this reproduces
+            row = embed(torch.tensor(token)).detach().clone()
+    except Exception:  # noqa: BLE001 - no placeholder token this reproduces
         return None
-    if merged.shape != expected.shape or not torch.allclose(merged, expected, rtol=1e-5, atol=1e-6):
-        return None
-    return part, kwargs
+    for placeholder in (None, row):  # the features in place of the placeholders' embeddings, else added to them
+        part = kind(owner, placeholder).eval()
+        try:
+            with torch.no_grad():
+                features = part(**kwargs)
+                features = features[0] if isinstance(features, tuple) else features
+                merged = merge_image_features(call["input_ids"], embed(call["input_ids"]), features, token, modality)
+        except Exception:  # noqa: BLE001 - not a model whose features this reproduces
+            return None
+        if merged.shape == expected.shape and torch.allclose(merged, expected, rtol=1e-5, atol=1e-6):
+            return part, kwargs
+    return None
 
 
 def image_features_part(model: torch.nn.Module, call: Mapping[str, Any], embed: torch.nn.Module,

@@ -23,7 +23,7 @@ import torch
 from ..capture.audio import merge_audio
 from ..capture.glue import encoder_inputs, image_features, image_token_id, merge_image_features, placeholder_token_id, \
     refuse_packed_images
-from ..capture.multimodal import MODALITIES, MODALITY_INPUTS, PROJECTOR_NAMES, PROMPT_INPUTS
+from ..capture.multimodal import MODALITIES, PROJECTOR_NAMES, PROMPT_INPUTS
 from ..capture.video import video_features, video_token_id
 from ..derived import ConfigOnly
 from ..errors import UnsupportedError
@@ -32,7 +32,8 @@ from .loop import Component, TextState, decode_loop
 
 __all__ = ["generate_multimodal", "POSITION_OFFSET"]
 
-_NEEDED = ("embed_tokens", "language_model", "lm_head", "decode")
+# (and an lm_head where the language model returns hidden states: one that is a ForCausalLM has its own head)
+_NEEDED = ("embed_tokens", "language_model", "decode")
 _TOKEN_TYPES = ("token_type_ids", "mm_token_type_ids")
 #: model_type -> what the class's ``prepare_inputs_for_generation`` adds to the mask-derived position ids
 #: (``PaliGemmaForConditionalGeneration``: "position_ids in Paligemma are 1-indexed").
@@ -61,7 +62,7 @@ def generate_multimodal(exported: Any, plan: Any, inputs: dict) -> Any:
     if config is None:
         raise UnsupportedError("generate() of a multimodal export needs its config (config.json next to the export)")
     parts = {name: Component(exported, name) for name in exported.components}
-    lm, head, decode = parts["language_model"], parts["lm_head"], parts["decode"]
+    lm, head, decode = parts["language_model"], parts.get("lm_head"), parts["decode"]
 
     input_ids = inputs.pop("input_ids")
     batch, prompt_len = input_ids.shape
@@ -82,18 +83,24 @@ def generate_multimodal(exported: Any, plan: Any, inputs: dict) -> Any:
         logits = lm_out.logits[:, -1:, :]  # a language model with its own head (Llama 4's is a ForCausalLM)
     else:
         hidden = lm_out.last_hidden_state if hasattr(lm_out, "last_hidden_state") else lm_out[0]
+        if head is None:
+            raise UnsupportedError(
+                f"this multimodal export's language model returns hidden states and the export has no lm_head "
+                f"(components: {list(exported.components)}); re-export it with export_for_generation")
         logits = _run(head, {_only_key(head): hidden[:, -1:, :]})
     # token types the decode graph reads (Gemma3's are a constant None after the prompt)
     type_ids = {k: inputs.get(k) for k in _TOKEN_TYPES if decode.metadata.kind_of(k) is KwargKind.TENSOR}
-    # modality inputs generate() passes at every step, which the decode graph was traced with (Qwen2-Audio's
-    # feature_attention_mask: its forward moves it to the device before it sees that the step has no audio)
-    # (a modality input the decode graph saw as None, HunYuan-VL's grid, is a constant there: not passed)
-    passed = {k: inputs[k] for k in MODALITY_INPUTS if k in inputs and decode.metadata.kind_of(k) is KwargKind.TENSOR}
+    # prompt inputs generate() passes at every step, which the decode graph was traced with (Qwen2-Audio's
+    # feature_attention_mask: its forward moves it to the device before it sees that the step has no audio; Molmo 2's
+    # image_num_crops) (a modality input the decode graph saw as None, HunYuan-VL's grid, is a constant there: not
+    # passed; token types grow per step, below)
+    passed = {k: v for k, v in inputs.items()
+              if k not in _TOKEN_TYPES and decode.metadata.kind_of(k) is KwargKind.TENSOR}
     state = {"cache": getattr(lm_out, lm.cache_key) if lm.cache_key else None}
 
     def step(token: torch.Tensor) -> torch.Tensor:
         call = text.kwargs(decode, text.advance(), 1, state["cache"])
-        call.update(passed)
+        call.update({k: v for k, v in passed.items() if k not in call})
         call["input_ids"] = token[:, None]
         for key, value in type_ids.items():
             # generate() grows mm_token_type_ids with zeros (text) and token_type_ids with their last value

@@ -223,7 +223,7 @@ BUILTIN_MODULES = tuple(f"hfexport.workarounds.{name}" for name in (
     "openvino_negative_floordiv", "executorch_list_return_guard", "executorch_python_sym_ops",
     "openvino_mask_fill", "models.cpmant", "onnx_index_put_mask", "openvino_sdpa_no_mask", "models.rwkv",
     "cumulative_extrema", "antialias_resize", "onnx_rewrite_initializer_names", "onnx_attention_mask_rows",
-    "onnx_attention_min_mask", "onnx_integer_sum", "onnx_constant_outputs",
+    "onnx_attention_min_mask", "onnx_integer_sum", "onnx_constant_outputs", "onnx_index_dtype",
     "openvino_constant_outputs",
     "executorch_view_bounds", "executorch_sym_mod", "torchvision_ops", "executorch_index_dtype",
     "executorch_unbacked_strides", "models.series_attention_mask", "models.precomputed_kwargs", "onnx_index_one_axis",

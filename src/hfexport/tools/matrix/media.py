@@ -3,7 +3,8 @@ tried in order until the tiny model runs on one eagerly (it is a few millisecond
 
 - vision towers of Qwen-VL-like models (a required ``grid_thw``): flattened patches ``[patches, C * T * P * P]``
   (or ``[patches, C, P, P]``, ``[patches, C, T, P, P]``) of two images of ``2 * merge`` patches a side, with their
-  ``grid_thw`` rows ``[1, side, side]``; a NaFlex tower's (``spatial_shapes``) patches of one image per row;
+  ``grid_thw`` rows ``[1, side, side]`` (``image_grid_hw`` rows ``[side, side]``: Nemotron-H Omni's); a NaFlex
+  tower's (``spatial_shapes``) patches of one image per row;
 - towers that take each image's patch grid (``target_sizes``, MiniCPM-V's): the images' patches packed in one row;
 - the tensors themselves, sized from the config (:func:`config_value` reads a size off the config or its vision,
   audio, encoder, backbone or decoder sub-config): :func:`sample_pixels`, :func:`sample_features`;
@@ -33,7 +34,7 @@ __all__ = ["GRID_KEYS", "FEATURE_SIZES", "MEL_BINS", "config_value", "sample_pix
            "packed_candidates", "window_side",
            "image_sides", "image_layouts", "audio_layouts", "feature_layouts", "feature_masks", "aligned_features"]
 
-GRID_KEYS = ("grid_thw", "image_grid_thw")
+GRID_KEYS = ("grid_thw", "image_grid_thw", "image_grid_hw")  # (the last: rows of [height, width] only, no time)
 FEATURE_SIZES = ("feature_size", "input_feat_per_channel", "num_mel_bins", "input_dim", "feature_projection_input_dim",
                  "input_feat_size")
 MEL_BINS = (128, 80)
@@ -160,7 +161,7 @@ def grid_candidates(config: Any, gen: torch.Generator, batch: int, params: Any) 
     n = batch * side * side
     name = "hidden_states" if "hidden_states" in params else "pixel_values"
     grid_key = next(k for k in GRID_KEYS if k in params)
-    grid = torch.tensor([[1, side, side]] * batch)
+    grid = torch.tensor([[side, side] if grid_key.endswith("_hw") else [1, side, side]] * batch)
     extra = {k: torch.tensor([merge] * batch) for k in ("merge_sizes", "image_merge_sizes") if k in params}
     for t in dict.fromkeys((temporal, 1, 2)):
         flat = torch.randn(n, channels * t * patch * patch, generator=gen)

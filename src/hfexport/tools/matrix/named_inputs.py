@@ -10,7 +10,8 @@ main input is none of the text, image, audio and hidden-state recipes of :mod:`.
 - Companions of an input the recipes build: ``visual_feats`` / ``visual_pos`` (LXMERT's region features and
   boxes, at ``visual_feat_dim`` / ``visual_pos_dim``); IDEFICS' one image per row ``[B, 1, C, H, W]`` and the
   ``image_attention_mask`` of every token to it; Kosmos-2's text, with the ``image_embeds_position_mask`` of the
-  ``latent_query_num`` positions its image fills after the start token; ``prompt_pixel_values`` / ``prompt_masks`` (SegGPT's
+  ``latent_query_num`` positions its image fills after the start token (Kosmos-2.5's image as flattened
+  patches); ``prompt_pixel_values`` / ``prompt_masks`` (SegGPT's
   in-context pair, stacked with the image on the height axis, so that each is half the configured height);
   ``noise`` (ViT-MAE's random masking, ``[B, patches]`` uniform, which its forward draws with ``torch.rand`` when
   not given: a program with a random op neither matches eager nor runs everywhere), and UnivNet's ``noise_sequence``
@@ -90,6 +91,10 @@ def companions(model: Any, out: dict[str, Any], params: Any, gen: torch.Generato
         out = {**out, "pixel_values": torch.randn(batch, 1, 3, side, side, generator=gen),
                "image_attention_mask": torch.ones(batch, seq, 1, dtype=torch.long)}
     latents = getattr(config, "latent_query_num", None)
+    if isinstance(ids, torch.Tensor) and pixels is None and "flattened_patches" in params and isinstance(latents, int):
+        pixels = trajectory_or_patches(model, "flattened_patches", params, gen, ids.shape[0])  # Kosmos-2.5's image:
+        out = {**out, **(pixels or {})}  # flattened patches (Pix2Struct's), placed as Kosmos-2's below
+        pixels = (pixels or {}).get("flattened_patches")
     if isinstance(pixels, torch.Tensor) and "image_embeds_position_mask" in params and isinstance(latents, int):
         batch = pixels.shape[0]  # Kosmos-2: a start token, the image's latent positions, then the text
         ids = torch.randint(3, 100, (batch, latents + _TEXT), generator=gen)

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["OVERRIDES", "GENERATE_ONE_ROW", "HIDDEN", "FFN", "LAYERS", "HEADS", "KV_HEADS", "HEAD_DIM", "VOCAB"]
+__all__ = ["OVERRIDES", "IMAGE_PROCESSOR_KWARGS", "GENERATE_ONE_ROW", "HIDDEN", "FFN", "LAYERS", "HEADS", "KV_HEADS",
+           "HEAD_DIM", "VOCAB"]
 
 HIDDEN, FFN, LAYERS, HEADS, KV_HEADS, HEAD_DIM, VOCAB = 64, 128, 2, 4, 2, 16, 256
 
@@ -33,6 +34,11 @@ OVERRIDES: dict[str, dict[str, Any]] = {
     "gemma3": {"mm_tokens_per_image": 4},  # 16 patches of 32-pixel images pooled 2 x 2
     "voxtral": {"audio_token_id": 255},  # its config leaves the audio token to the processor's tokenizer
     "instructblipvideo": {"video_token_index": 255},  # (as Voxtral's audio token)
+    # (its ids as Voxtral's audio token; the widths its pixel-shuffle projector reads, which no rule names)
+    "kosmos-2.5": {"latent_query_num": 8},  # its image fills 2048 positions of the prompt by default
+    "molmo2": {"image_patch_id": VOCAB - 6},  # (its image token, 151938; no "_token_id" name for the renumbering)
+    "nemotron_h_omni": {"image_token_id": 255, "video_token_id": 254, "audio_token_id": 253,
+                        "vision_hidden_size": HIDDEN, "projector_hidden_size": HIDDEN},
     **dict.fromkeys(("minicpm_ocr", "minicpmv4_6", "minicpmv4_7"), {"image_token_id": 255, "video_token_id": 254}),
     # its image and document ids (6, 5) lie among the sampled text ids: out of their way, as the renumbered ones
     "neomme": {"image_token_id": 255, "document_token_id": 254},
@@ -162,6 +168,13 @@ OVERRIDES: dict[str, dict[str, Any]] = {
 
 # model_type -> why the generate stage compares one row, not a batch of 2: eager's batched generate is wrong upstream
 # (the export's batch matches each row generated alone, where the family's test checks it)
+# model_type -> kwargs of the family's own image processor (built without files, its defaults otherwise) sized to the
+# tiny tower, for the towers whose inputs only that processor lays out (Molmo 2's crops, their pooling indices and
+# grids): a 27 x 27-patch crop at the tiny patch size (its position table keeps the real 729 positions), one crop
+IMAGE_PROCESSOR_KWARGS: dict[str, dict[str, Any]] = {
+    "molmo2": {"patch_size": 8, "size": {"height": 27 * 8, "width": 27 * 8}, "max_crops": 1},
+}
+
 GENERATE_ONE_ROW: dict[str, str] = {
     "rwkv": "transformers' RWKV one-token step mixes every row's state into every row (modeling_rwkv.py "
             "extract_key_value / RwkvFeedForward.forward; workaround rwkv-batched-step-shift)",

@@ -14,6 +14,7 @@ import torch
 
 from .media import GRID_KEYS, aligned_features, config_value, feature_layouts, feature_width, grid_candidates, \
     packed_candidates, patch_candidates, runs, sample_features, sample_pixels
+from .overrides import IMAGE_PROCESSOR_KWARGS
 
 __all__ = ["with_image", "with_audio"]
 
@@ -48,6 +49,10 @@ def _image_kwargs(model: Any, features: Any, gen: torch.Generator, batch: int) -
     (Qwen-VL-like towers)."""
     config = model.config
     params = inspect.signature(features).parameters
+    recipe = IMAGE_PROCESSOR_KWARGS.get(getattr(config, "model_type", None))
+    if recipe is not None:  # a layout only the family's own image processor writes
+        yield from _processed_images(config.model_type, recipe, gen, batch)
+        return
     if {*params} <= {"args", "kwargs"} and hasattr(model.base_model, "get_image_features"):  # a head class's
         params = inspect.signature(model.base_model.get_image_features).parameters  # pass-through: its base's
     if "target_sizes" in params:  # MiniCPM-V-like: patches packed in one row
@@ -88,6 +93,22 @@ def _image_kwargs(model: Any, features: Any, gen: torch.Generator, batch: int) -
     if isinstance(patch, int) and h % patch == 0 and w % patch == 0:  # every image's patches flattened, one per row
         yield {"pixel_values": images.reshape(b, c, h // patch, patch, w // patch, patch)  # (NeoMME's)
                .permute(0, 2, 4, 1, 3, 5).reshape(-1, c * patch * patch)}
+
+
+def _processed_images(model_type: str, recipe: dict[str, Any], gen: torch.Generator,
+                      batch: int) -> Iterator[dict[str, Any]]:
+    """What the family's image processor (transformers' own class for ``model_type``, built from ``recipe`` without
+    files) makes of one random 48-pixel RGB image per row."""
+    from transformers.models.auto.image_processing_auto import get_image_processor_class_from_name, \
+        IMAGE_PROCESSOR_MAPPING_NAMES
+
+    names = IMAGE_PROCESSOR_MAPPING_NAMES.get(model_type) or {}
+    name = names.get("torchvision") or names.get("pil") if isinstance(names, dict) else names
+    cls = get_image_processor_class_from_name(name) if name else None
+    if cls is None:
+        return
+    images = [torch.randint(0, 256, (3, 48, 48), dtype=torch.uint8, generator=gen) for _ in range(batch)]
+    yield dict(cls(**recipe)(images, return_tensors="pt"))
 
 
 _IMAGE_BRACKETS = (("vision_start_token_id", "vision_end_token_id"), ("image_start_token_id", "image_end_token_id"),
@@ -152,8 +173,9 @@ def with_image(model: Any, gen: torch.Generator, batch: int, text: dict[str, tor
     for extra in _image_kwargs(model, features, gen, batch):
         extra = {**given, **extra}
         try:
-            with torch.no_grad():
-                per_image = _feature_count(features(**extra)) // (batch * hidden)
+            with torch.no_grad():  # (what the forward alone takes, Molmo 2's crop counts, not to the tower)
+                per_image = _feature_count(features(**{k: v for k, v in extra.items()
+                                                       if k in wanted or k not in params})) // (batch * hidden)
         except Exception:  # noqa: BLE001 - not this layout: the next one
             continue
         for block in _placeholder_blocks(config, token, per_image, _IMAGE_BRACKETS):

@@ -35,6 +35,8 @@ Example:
 
 from __future__ import annotations
 
+import math
+
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -268,7 +270,9 @@ def _shrunk(values: dict[str, Any], layers_before: int | None, fit: bool = False
     if isinstance(pinpoints, list) and isinstance(vision, dict) and isinstance(base := vision.get("image_size"), int):
         side = out.get("vision_config", vision).get("image_size", base)  # LLaVA-NeXT's crop grids are in units of
         if side != base and all(len(p) == 2 for p in pinpoints):  # the tower's image size: kept in those units
-            out["image_grid_pinpoints"] = [[h * side // base, w * side // base] for h, w in pinpoints]
+            flat = [v for p in pinpoints for v in p]  # (else their own: Granite 4 Vision's, 336s beside a 224 tower)
+            unit = base if all(v % base == 0 for v in flat) else math.gcd(*flat)
+            out["image_grid_pinpoints"] = [[h * side // unit, w * side // unit] for h, w in pinpoints]
     vocab = min(values.get("vocab_size") or VOCAB, VOCAB) if isinstance(values.get("vocab_size"), int) else VOCAB
     out.update(_token_ids(values, vocab))
     return out
