@@ -44,8 +44,8 @@ def model_dir(tokenizer, tmp_path_factory):
 
 # ExecuTorch (~50 s of lowering), AOTI (two compiles, ~60 s) and OpenVINO (24 s) run in the sweep: their exports and
 # generation are in the default suite through their own tests (test_generate_executorch, test_aoti_backend,
-# test_generate_openvino); this one adds the command line, which Dynamo and ONNX cover in the default suite
-_SWEEP = {"executorch", "aoti", "openvino"}
+# test_generate_openvino); this one adds the command line, which ONNX covers in the default suite (Dynamo: sweep)
+_SWEEP = {"dynamo", "executorch", "aoti", "openvino"}  # (ONNX runs by default: the demo's path)
 
 
 @pytest.mark.parametrize("backend", [pytest.param(b, marks=[pytest.mark.sweep] if b in _SWEEP else [])

@@ -333,6 +333,7 @@ def test_bucketize_is_counted_against_the_boundaries_where_executorch_has_no_ker
     assert torch.equal(exported(coords=coords), _Buckets()(coords))
 
 
+@pytest.mark.sweep  # (~30 s: the matrix's ExecuTorch rows export this family too)
 def test_gpt2_exports_with_a_contiguous_copy_where_the_retrace_transposes_sdpas_output():
     """"Cannot view a tensor with shape torch.Size([2, 6, 64]) and strides (64, 128, 1)" in to_edge's re-trace
     without executorch-transposed-views."""
@@ -473,6 +474,7 @@ def test_a_video_tubelet_convolution_is_the_same_linear_over_its_windows(shape):
     assert not _is_patch_embedding(overlapping, x)
 
 
+@pytest.mark.sweep  # (~30 s: the matrix's ExecuTorch rows export this family too)
 def test_a_video_model_exports_to_executorch_like_eager():
     from hfexport.tools.matrix.worker import run_case
 

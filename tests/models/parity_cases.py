@@ -12,6 +12,18 @@ from hfexport.testing.tiny import TINY_CASES
 from hfexport.validation import compare_outputs
 
 CASES = ["llama", "qwen3", "gpt2", "gemma3", "mixtral", "qwen3_moe", "bert", "t5", "vit", "whisper", "mamba"]
+# in the default suite: a decoder, a sliding-window decoder and an encoder-decoder; the other families run in the
+# sweep (make test-sweep) and in every backend's matrix rows, for the default suite's time (each case is an export)
+DEFAULT_CASES = ("llama", "gemma3", "t5")
+
+
+def case_params(cases: list) -> list:
+    """``cases`` (a family name, or a tuple starting with one) as pytest params, those outside
+    :data:`DEFAULT_CASES` marked ``sweep``."""
+    import pytest
+
+    return [pytest.param(c, marks=[] if (c[0] if isinstance(c, tuple) else c) in DEFAULT_CASES
+                         else [pytest.mark.sweep]) for c in cases]
 # (batch, seq) of the export sample, of the "other shape" run and of the reload run. Gemma3's returned
 # sliding-window cache keeps the last window-1 positions, a different graph below that length, so its shapes
 # stay above the window (8).

@@ -9,16 +9,13 @@ from hfexport import DynamoConfig, DynamoExporter, ExportedModel
 from hfexport.testing.tiny import TINY_CASES
 from hfexport.validation import compare_outputs
 
+from parity_cases import CASES, DEFAULT_SHAPES, SHAPES, case_params
+
 TOL = 1e-4
-CASES = ["llama", "qwen3", "gpt2", "gemma3", "mixtral", "qwen3_moe", "bert", "t5", "vit", "whisper", "mamba"]
-# (batch, seq) of the export sample, of the "other shape" run and of the reload run. Gemma3's returned
-# sliding-window cache keeps the last window-1 positions, a different graph below that length, so its shapes
-# stay above the window (8); test_shorter_than_traced_branch_is_a_clear_error covers what happens below.
-SHAPES = {"gemma3": ((2, 10), (3, 12), (1, 9))}
-DEFAULT_SHAPES = ((2, 7), (3, 10), (1, 5))
+# (Gemma 3's shapes stay above its window: test_shorter_than_traced_branch_is_a_clear_error covers what happens below)
 
 
-@pytest.fixture(scope="module", params=CASES)
+@pytest.fixture(scope="module", params=case_params(CASES))
 def exported_case(request, tmp_path_factory):
     case = TINY_CASES[request.param]
     model = case.build()

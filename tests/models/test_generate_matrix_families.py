@@ -1,6 +1,7 @@
 """Families the support matrix could not build, feed or generate with, run through the matrix's own worker: the
 export's greedy tokens against eager ``model.generate`` (the worker compares them token for token and reports the
-first difference). Each was a cannot-build, no-inputs or fail row before (issue 22)."""
+first difference). Each was a cannot-build, no-inputs or fail row before (issue 22). The default suite runs the
+cheap ones; the rest are in the sweep (make test-sweep) and in the matrix's own rows, for the suite's time."""
 
 from __future__ import annotations
 
@@ -11,22 +12,26 @@ from hfexport.tools.matrix.worker import run_case
 
 CASES = [
     ("vipllava", "generate"),  # its feature layers without the CLS token (glue), two layers of the tiny tower
-    ("moonshine_streaming", "generate"),  # its default config leaves num_key_value_heads unset
+    # its default config leaves num_key_value_heads unset
+    pytest.param("moonshine_streaming", "generate", marks=pytest.mark.sweep),
     ("shieldgemma2", "export"),  # Gemma 3's image tokens (16 patches pooled 2 x 2)
-    ("deepseek_vl", "generate"),  # its projector is an `aligner`: the glue took the tower's pooled output instead
-    ("janus", "generate"),
+    # its projector is an `aligner`: the glue took the tower's pooled output instead
+    pytest.param("deepseek_vl", "generate", marks=pytest.mark.sweep),
+    pytest.param("janus", "generate", marks=pytest.mark.sweep),
     # its generate() hands forward pixel_values=None beside the encoders' outputs, and its decode graph takes the
     # grid as a constant None: capture put the inputs back only where absent, generation passed the grid each step
-    ("hunyuan_vl", "generate"),
-    ("internvl", "generate"),  # its tower's patch grid pixel-shuffled before the projector (glue.BEFORE_PROJECTOR)
+    pytest.param("hunyuan_vl", "generate", marks=pytest.mark.sweep),
+    # its tower's patch grid pixel-shuffled before the projector (glue.BEFORE_PROJECTOR)
+    pytest.param("internvl", "generate", marks=pytest.mark.sweep),
     ("dbrx", "generate"),  # its experts loop over the experts hit (workaround dbrx-batched-experts)
     # its generate passes no position_ids: one row counted over the padded prompt, and a decode graph that computes
     # its own (the loop fed the mask's [batch, seq] positions to both)
-    ("exaone4_5", "generate"),
+    pytest.param("exaone4_5", "generate", marks=pytest.mark.sweep),
     # the glue does not reproduce their image parts (two towers, a visual vocabulary, any-resolution tiles packed
     # with image_newline, a tower over derived inputs): their own get_image_features is one exported part
-    ("ovis2", "generate"),
-    ("granite_docling", "generate"),  # and the deepstack features its get_image_features returns beside them
+    pytest.param("ovis2", "generate", marks=pytest.mark.sweep),
+    # and the deepstack features its get_image_features returns beside them
+    pytest.param("granite_docling", "generate", marks=pytest.mark.sweep),
     # (LLaVA-NeXT: test_a_model_the_glue_cannot_split_exports_its_own_get_image_features, in the default suite)
     pytest.param("llava_next", "generate", marks=pytest.mark.sweep),
     pytest.param("paddleocr_vl", "generate", marks=pytest.mark.sweep),
@@ -44,17 +49,17 @@ CASES = [
     pytest.param("dots3_note", "generate", marks=pytest.mark.sweep),
     # generate() runs the inner language model's own generate on the merged inputs_embeds: the prefill is the outer
     # forward, the decode the inner model's step (BLIP-2; InstructBLIP's Q-Former prompt fed to get_image_features)
-    ("blip-2", "generate"),
+    pytest.param("blip-2", "generate", marks=pytest.mark.sweep),
     # Kosmos-2's text model generates with the image embeddings at the positions of image_embeds_position_mask (no
     # placeholder id): its prefill graph runs the vision tower, the mask goes to the prompt's call only
-    ("kosmos-2", "generate"),
+    pytest.param("kosmos-2", "generate", marks=pytest.mark.sweep),
     pytest.param("instructblip", "generate", marks=pytest.mark.sweep),
     # its random masking takes the matrix's noise input, which its forward would draw with torch.rand (the export
     # differed from eager by 15 on ids_restore; ONNX Runtime has no RandomUniformLike-22 kernel)
     ("vit_mae", "export"),
     # its forward builds its own MiniMaxCache (linear-attention states beside the KV layers) and refuses any other:
     # the capture lets it, where it built a DynamicCache for every model
-    ("minimax", "generate"),
+    pytest.param("minimax", "generate", marks=pytest.mark.sweep),
     # Dynamo traces the sample's branch of code that branches on tensor values, asserted at run time (19 s: the
     # sweep; the matrix's led rows run it on every backend)
     pytest.param("led", "generate", marks=pytest.mark.sweep),

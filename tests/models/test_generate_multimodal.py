@@ -182,7 +182,8 @@ def _two_and_one_images(name: str) -> dict[str, torch.Tensor]:
 
 # their language model is traced with the prepared 4D masks of the model's forward; generate() builds them with the
 # model class's create_masks_for_generate from the prompt's token_type_ids
-BLOCK_CASES = ["paligemma", "gemma3_vl"]
+# (Gemma 3's in the sweep, for the suite's time: PaliGemma's takes the same path by default)
+BLOCK_CASES = ["paligemma", pytest.param("gemma3_vl", marks=pytest.mark.sweep)]
 
 
 def _causal_prompt(name, inputs):
@@ -261,7 +262,8 @@ def test_block_masks_with_a_static_cache_match_eager(name):
 # masked_scatter spreads over 16 tokens of 64; Inkling 2's takes [tokens, 16, 16, 3] blocks of merged patches
 @pytest.mark.parametrize("model_type, class_name", [pytest.param("llama4", "Llama4ForConditionalGeneration",
                                                                  marks=pytest.mark.sweep),  # (30 s: in the sweep)
-                                                    ("aria", "AriaForConditionalGeneration"),
+                                                    pytest.param("aria", "AriaForConditionalGeneration",
+                                                                 marks=pytest.mark.sweep),  # (~20 s)
                                                     ("mistral3", "Mistral3ForConditionalGeneration"),
                                                     pytest.param("inkling_mm_model", "InklingForConditionalGeneration",
                                                                  marks=pytest.mark.sweep),  # (~30 s)

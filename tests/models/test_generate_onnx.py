@@ -5,8 +5,8 @@ the parity tests), encoder-decoder (T5), audio encoder-decoder (Whisper), SSM (M
 (Qwen2-VL, LLaVA), plain and fused for the CPU; a left-padded batch of 2 whose prompt length differs from the
 capture's; 32 new tokens (Gemma3's window is 8, so it decodes past it several times).
 
-Without fusions, a static cache with multi-token decode runs on every family (one graph serves the prompt too;
-Qwen3's and T5's, and Gemma 3's plain dynamic cache, in the sweep: other default cases take their paths).
+Without fusions, a static cache with multi-token decode runs on every family (one graph serves the prompt too); the
+default suite runs each path once (``DEFAULT``), the sweep every case.
 With ``ort_fusions="cpu"``, the single-token decode graphs are the ones where attention over the cache becomes
 ``GroupQueryAttention`` at a batch of 2 (it takes one query token at any batch size; several only at batch 1, see
 tests/test_onnx_backend.py) and a static cache is updated in place by it.
@@ -34,17 +34,14 @@ PLAIN = [(f, "dynamic", False) for f in ("llama", "gemma3", "t5", "whisper", "ma
     (f, "static", True) for f in FAMILIES if f != "qwen3_moe"] + [("llama", "dynamic", True), ("llama", "static", False)]
 FUSED = [(f, "static", False) for f in FAMILIES if f != "qwen3_moe"] + [
     (f, "dynamic", False) for f in ("llama", "gemma3")] + [("llama", "static", True)]
-# the fused graphs of one decoder, one sliding-window model and one encoder-decoder run by default; the rest of FUSED
-# in the sweep (make test-sweep), for time: each case is its own export
-FUSED_DEFAULT = {("llama", "static", True), ("gemma3", "dynamic", False), ("whisper", "static", False)}
-# plain cases whose path another default case already takes, in the sweep for the suite's time: T5's static cache
-# (Whisper's fused static case and T5's dynamic one stay), Gemma 3's dynamic cache (its fused one stays), Qwen3's
-# static cache (Llama's stays)
-PLAIN_SWEEP = {("t5", "static", True), ("gemma3", "dynamic", False), ("qwen3", "static", True)}
-CASES = [pytest.param(*c, None, marks=[pytest.mark.sweep] if c in PLAIN_SWEEP else []) for c in PLAIN] + [
-    pytest.param(*c, "cpu", marks=[] if c in FUSED_DEFAULT else [pytest.mark.sweep]) for c in FUSED] + [
-    # the MoE's dynamic cache (19 s) in the sweep: its static multi-token case above stays in the default suite
-    pytest.param("mixtral", "dynamic", False, None, marks=pytest.mark.sweep)]
+# by default: each path once (a plain dynamic cache on a decoder and an encoder-decoder; the fused graphs of a
+# decoder's static multi-token decode, a sliding-window model's dynamic cache and Whisper's static cache; Mamba's
+# refused multi-token decode); every other case in the sweep (make test-sweep), for the suite's time: each case is
+# its own export, and the matrix's generate rows run every family on ONNX
+DEFAULT = {("llama", "dynamic", False, None), ("t5", "dynamic", False, None), ("mamba", "static", True, None),
+           ("llama", "static", True, "cpu"), ("gemma3", "dynamic", False, "cpu"), ("whisper", "static", False, "cpu")}
+CASES = [pytest.param(*c, marks=[] if c in DEFAULT else [pytest.mark.sweep])
+         for c in [(*p, None) for p in PLAIN] + [(*f, "cpu") for f in FUSED] + [("mixtral", "dynamic", False, None)]]
 
 # (family, multi_token_decode) -> why it cannot work, naming the upstream limitation
 UNSUPPORTED = {

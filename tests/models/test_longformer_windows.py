@@ -26,7 +26,7 @@ def _inputs(length: int, seed: int) -> dict[str, torch.Tensor]:
 
 
 @pytest.mark.parametrize(("exporter", "config", "upstream"), [
-    (OnnxExporter, OnnxConfig, "decompose"),
+    pytest.param(OnnxExporter, OnnxConfig, "decompose", marks=pytest.mark.sweep),  # (70 s: the matrix's rows run it)
     pytest.param(OpenVINOExporter, OpenVINOConfig, "sym_stride|not dense in memory", marks=pytest.mark.sweep),
 ], ids=["onnx", "openvino"])
 def test_a_dynamic_longformer_exports_and_matches_eager_at_another_length(exporter, config, upstream,

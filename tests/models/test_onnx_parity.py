@@ -13,7 +13,7 @@ from hfexport import OnnxConfig
 from hfexport.exporter_onnx import OnnxExporter
 from hfexport.testing.tiny import TINY_CASES
 from hfexport.validation import compare_outputs
-from parity_cases import CASES, check_other_shapes, check_reload, check_same_inputs, export_case
+from parity_cases import CASES, case_params, check_other_shapes, check_reload, check_same_inputs, export_case
 
 TOL = 1e-4
 # fused for the CPU: the families whose graphs hold what the fusions rewrite (RMSNorm, LayerNorm, GELU, rotary,
@@ -21,7 +21,7 @@ TOL = 1e-4
 FUSED = ["llama", "qwen3", "gemma3", "gpt2", "bert"]
 
 
-@pytest.fixture(scope="module", params=[(n, None) for n in CASES] + [(n, "cpu") for n in FUSED],
+@pytest.fixture(scope="module", params=case_params([(n, None) for n in CASES] + [(n, "cpu") for n in FUSED]),
                 ids=lambda p: f"{p[0]}-{p[1] or 'plain'}")
 def exported_case(request, tmp_path_factory):
     name, fusions = request.param

@@ -12,12 +12,12 @@ import pytest
 
 from hfexport import OpenVINOConfig
 from hfexport.exporter_openvino import OpenVINOExporter
-from parity_cases import CASES, check_other_shapes, check_reload, check_same_inputs, export_case
+from parity_cases import CASES, case_params, check_other_shapes, check_reload, check_same_inputs, export_case
 
 TOL = 1e-3
 
 
-@pytest.fixture(scope="module", params=CASES)
+@pytest.fixture(scope="module", params=case_params(CASES))
 def exported_case(request, tmp_path_factory):
     config = OpenVINOConfig(dynamic=True)
     return export_case(request.param, lambda model, inputs: OpenVINOExporter().export(model, inputs, config=config),
