@@ -81,3 +81,16 @@ def test_grouped_mm_experts_of_a_language_model_inside_a_model_that_cannot_switc
     assert "openvino-moe-batched-mm" in exported.components["model"].metadata.workarounds
     assert language.config._experts_implementation_internal == "grouped_mm", "the model's own choice is put back"
     assert (exported(**inputs).logits - expected).abs().max() < 1e-3
+
+
+@pytest.mark.parametrize("model_type", ["dbrx", pytest.param("longcat_flash", marks=pytest.mark.sweep)])  # (40 s)
+def test_batched_experts_decode_a_token_a_row_on_openvino_like_eager(model_type):
+    """Their batched experts took each token's k choices as an expand(tokens, k, -1) reshaped to [T*k, 1, H]: in the
+    single-token decode graph OpenVINO's frontend refused DBRX's ("Incompatible MatMul matrix dimension"), and its CPU
+    plugin LongCat-Flash's Select at run time. As a column per choice (repeat_interleave) both generate like eager."""
+    from hfexport.tools.matrix.discovery import discover
+    from hfexport.tools.matrix.worker import run_case
+
+    (arch,) = discover([f"={model_type}"])
+    row = run_case(arch.model_type, arch.class_name, arch.task, "openvino", "generate")
+    assert row["status"] == "pass" and row["mismatched_tokens"] == 0, row["reason"]

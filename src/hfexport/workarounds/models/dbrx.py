@@ -32,9 +32,11 @@ def _batched_experts(self: Any, hidden_states: torch.Tensor, top_k_index: torch.
     shape = (self.num_experts, self.ffn_hidden_size, self.hidden_size)
     index = top_k_index.reshape(-1)
     w1, v1, w2 = (weight.view(shape)[index] for weight in (self.mlp.w1, self.mlp.v1, self.mlp.w2))  # [T*k, F, H]
-    x = states[:, None, :].expand(tokens, k, -1).reshape(tokens * k, 1, -1)
-    gate = self.mlp.activation_fn(torch.bmm(x, w1.transpose(1, 2)))
-    out = torch.bmm(gate * torch.bmm(x, v1.transpose(1, 2)), w2)  # [T*k, 1, H]
+    # (each token repeated k times as a column: an expand(tokens, k, -1) reshaped to [T*k, 1, H] met OpenVINO's
+    # frontend as a MatMul of a [.., 1] row by the 64-row weight, "Incompatible MatMul matrix dimension")
+    x = states.repeat_interleave(k, dim=0)[:, :, None]  # [T*k, H, 1]
+    gate = self.mlp.activation_fn(torch.matmul(w1, x))  # [T*k, F, 1]
+    out = torch.matmul(w2.transpose(1, 2), gate * torch.matmul(v1, x))  # [T*k, H, 1]
     out = (out.reshape(tokens, k, -1) * top_k_weights[..., None]).sum(1)
     return out.to(states.dtype).view(batch_size, -1, self.hidden_size)
 
