@@ -111,16 +111,11 @@ def _part(kind: type[ImageFeatures], modality: str, main: str, model: torch.nn.M
     kwargs = {k: v for k, v in call.items() if k in params and isinstance(v, torch.Tensor)}
     if main not in kwargs:
         return None
-    try:
-        token = placeholder_token_id(model.config, modality)
-        with torch.no_grad():
-            row = embed(torch.tensor(token)).detach().clone()
-    except Exception:  # noqa: BLE001 - no placeholder token this reproduces
-        return None
-    for placeholder in (None, row):  # the features in place of the placeholders' embeddings, else added to them
-        part = kind(owner, placeholder).eval()
+    for added in (False, True):  # the features in place of the placeholders' embeddings, else added to them
         try:
+            token = placeholder_token_id(model.config, modality)
             with torch.no_grad():
+                part = kind(owner, embed(torch.tensor(token)).detach().clone() if added else None).eval()
                 features = part(**kwargs)
                 features = features[0] if isinstance(features, tuple) else features
                 merged = merge_image_features(call["input_ids"], embed(call["input_ids"]), features, token, modality)
