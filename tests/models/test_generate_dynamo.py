@@ -229,7 +229,7 @@ def test_a_separate_prefill_graph_returns_the_last_positions_logits_only():
     assert_greedy_equals_eager(model, exported, case, generation_config(model, "dynamic"), 8)
 
 
-@pytest.mark.parametrize("cache", ["dynamic", "static"])
+@pytest.mark.parametrize("cache", ["dynamic", pytest.param("static", marks=pytest.mark.sweep)])  # (for time)
 def test_a_linear_attention_and_sliding_window_hybrid_keeps_its_conv_state(cache):
     # Inkling's "hybrid_sliding" layers hold a linear-attention state beside a sliding-window KV cache; making the
     # window full for the export must keep that state (it became a bare KV layer: "Cannot get conv state"); with a

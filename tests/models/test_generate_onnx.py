@@ -100,7 +100,7 @@ def test_greedy_tokens_equal_eager(family, cache, multi, fusions):
             assert self_keys and writers[self_keys[0]] == "GroupQueryAttention", writers
 
 
-@pytest.mark.parametrize("name,fusions", [("qwen2_vl", None), ("llava", "cpu")])
+@pytest.mark.parametrize("name,fusions", [("qwen2_vl", None), pytest.param("llava", "cpu", marks=pytest.mark.sweep)])
 def test_image_text_to_text_generates_like_eager_after_a_reload(name, fusions, tmp_path):
     case = TINY_CASES[name]
     model = case.build()

@@ -111,6 +111,15 @@ def _processed_images(model_type: str, recipe: dict[str, Any], gen: torch.Genera
     yield dict(cls(**recipe)(images, return_tensors="pt"))
 
 
+def _for_features(config: Any, extra: dict[str, Any], wanted: Any) -> dict[str, Any]:
+    """``extra`` as ``get_image_features`` takes it: an image processor's output (:data:`IMAGE_PROCESSOR_KWARGS`)
+    only by the names it declares (Molmo 2's crop counts are the forward's, and its ``**kwargs`` reach the tower);
+    the layouts built here as they are (a pass-through ``**kwargs`` may need them: VideoLLaMA 3's merge sizes)."""
+    if getattr(config, "model_type", None) not in IMAGE_PROCESSOR_KWARGS:
+        return extra
+    return {k: v for k, v in extra.items() if k in wanted}
+
+
 _IMAGE_BRACKETS = (("vision_start_token_id", "vision_end_token_id"), ("image_start_token_id", "image_end_token_id"),
                    ("boi_token_id", "eoi_token_id"))
 _AUDIO_BRACKETS = (("audio_bos_token_id", "audio_eos_token_id"), ("audio_start_token_id", "audio_end_token_id"),
@@ -173,9 +182,8 @@ def with_image(model: Any, gen: torch.Generator, batch: int, text: dict[str, tor
     for extra in _image_kwargs(model, features, gen, batch):
         extra = {**given, **extra}
         try:
-            with torch.no_grad():  # (what the forward alone takes, Molmo 2's crop counts, not to the tower)
-                per_image = _feature_count(features(**{k: v for k, v in extra.items()
-                                                       if k in wanted or k not in params})) // (batch * hidden)
+            with torch.no_grad():
+                per_image = _feature_count(features(**_for_features(config, extra, wanted))) // (batch * hidden)
         except Exception:  # noqa: BLE001 - not this layout: the next one
             continue
         for block in _placeholder_blocks(config, token, per_image, _IMAGE_BRACKETS):
