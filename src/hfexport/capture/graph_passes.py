@@ -139,6 +139,17 @@ def call_with_value(graph: torch.fx.Graph, target: Any, args: tuple, value: Any,
     return node
 
 
+def int64_before(graph: torch.fx.Graph, node: torch.fx.Node, index: Any) -> torch.fx.Node | None:
+    """A cast to int64 of ``index``, inserted before ``node``, where ``index`` is a node traced as an int32 tensor
+    (an index the backend takes as int64 only); ``None`` for anything else."""
+    value = traced(index)
+    if not isinstance(index, torch.fx.Node) or not isinstance(value, torch.Tensor) or value.dtype != torch.int32:
+        return None
+    with graph.inserting_before(node):
+        return call_with_value(graph, torch.ops.aten._to_copy.default, (index,), value.to(torch.int64),
+                               {"dtype": torch.int64})
+
+
 def traced(arg: Any) -> Any:
     """The traced value of a node argument (``meta["val"]``), or the argument itself when it is a constant."""
     return arg.meta.get("val") if isinstance(arg, torch.fx.Node) else arg

@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from ..capture.graph_passes import call_with_value, rewrite_nodes, traced
+from ..capture.graph_passes import int64_before, rewrite_nodes
 from .executorch_to_edge import rewrite_programs_before_to_edge
 from .registry import workaround
 
@@ -37,13 +37,9 @@ def int64_indices(program: Any) -> int:
 def _widen_index(graph: torch.fx.Graph, node: torch.fx.Node) -> bool:
     if node.target not in _INDEXED or len(node.args) <= _INDEX:
         return False
-    index = node.args[_INDEX]
-    value = traced(index)
-    if not isinstance(index, torch.fx.Node) or not isinstance(value, torch.Tensor) or value.dtype != torch.int32:
+    wide = int64_before(graph, node, node.args[_INDEX])
+    if wide is None:
         return False
-    with graph.inserting_before(node):
-        wide = call_with_value(graph, torch.ops.aten._to_copy.default, (index,), value.to(torch.int64),
-                               {"dtype": torch.int64})
     node.args = (*node.args[:_INDEX], wide, *node.args[_INDEX + 1:])
     return True
 

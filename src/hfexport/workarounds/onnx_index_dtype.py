@@ -29,19 +29,15 @@ def int64_indices(program: Any) -> int:
 def _widen_indices(graph: Any, node: Any) -> bool:
     import torch
 
-    from ..capture.graph_passes import call_with_value, traced
+    from ..capture.graph_passes import int64_before
 
     indexing = (torch.ops.aten.index.Tensor, torch.ops.aten.index_put.default, torch.ops.aten.index_put_.default)
     if node.target not in indexing or len(node.args) < 2 or not isinstance(node.args[1], list | tuple):
         return False
     indices, changed = list(node.args[1]), False
     for i, index in enumerate(indices):
-        value = traced(index) if isinstance(index, torch.fx.Node) else None
-        if isinstance(value, torch.Tensor) and value.dtype == torch.int32:
-            with graph.inserting_before(node):
-                indices[i] = call_with_value(graph, torch.ops.aten._to_copy.default, (index,),
-                                             value.to(torch.int64), {"dtype": torch.int64})
-            changed = True
+        if (wide := int64_before(graph, node, index)) is not None:
+            indices[i], changed = wide, True
     if changed:
         node.args = (node.args[0], indices, *node.args[2:])
     return changed
