@@ -289,6 +289,7 @@ def test_a_ceil_division_of_sizes_converts_with_python_floor_semantics(monkeypat
         unfixed(x=torch.randn(2, 3, 4))
 
 
+@pytest.mark.sweep  # (a matrix-family regression, ~25 s: in the sweep, as the others)
 def test_a_hybrid_recurrent_state_loads_into_its_variables_and_generates_like_eager():
     """Jamba's recurrent state is ``[batch, 128, 16]`` as traced and ``[?, ?, ?]`` as converted: its variable
     started empty (``[batch, 0, 0]``) failed the CPU plugin's shape check at compile time, and its conv state's
@@ -541,6 +542,7 @@ def test_a_decode_step_without_a_mask_generates_like_eager_on_the_fused_stateful
         export().generate(**inputs, max_new_tokens=12)
 
 
+@pytest.mark.sweep  # (a matrix-family regression, ~20 s: in the sweep, as the others)
 def test_a_state_without_a_batch_axis_is_not_reordered_by_beam_idx():
     """xLSTM's cache keeps ``seqlen_offset`` as a [1] tensor beside states of the (symbolic) batch; gathered by
     ``beam_idx`` like the others it became [batch], and the CPU plugin refused its variable at the first decode

@@ -70,21 +70,24 @@ def gemma3():
     return TINY_CASES["gemma3"].build()
 
 
-def test_the_proof_takes_a_pure_causal_mask_and_refuses_padding_windows_and_slots(llama, gemma3):
+def test_the_proof_takes_a_pure_causal_mask_and_refuses_padding(llama):
     layers = llama.config.num_hidden_layers
     growing = _export(llama).components["decode"].program
     assert [len(nodes) for nodes in proven_causal(growing).values()] == [layers]
     assert proven_causal(_export(llama, batch=2).components["decode"].program) == {}  # attention_mask input
-    static = GenerationConfig(cache_implementation="static", max_cache_len=64)
-    assert proven_causal(_export(llama, cache=static).components["decode"].program) == {}  # slots, cache_position
-    gemma = gemma3
-    types = gemma.config.get_text_config().layer_types
-    assert "sliding_attention" in types and "full_attention" in types
-    program = _export(gemma).components["decode"].program
-    assert sum(len(nodes) for nodes in proven_causal(program).values()) == types.count("full_attention")
     # the rewrite is a copy: the saved IR keeps the opset-exact mask
     copy, names = use_plugin_causal(growing)
     assert copy is not growing and _causal_nodes(copy) == len(names) == layers and _causal_nodes(growing) == 0
+
+
+@pytest.mark.sweep  # (two more exports, ~20 s: the static cache's and Gemma 3's refusals in the sweep)
+def test_the_proof_refuses_static_cache_slots_and_sliding_windows(llama, gemma3):
+    static = GenerationConfig(cache_implementation="static", max_cache_len=64)
+    assert proven_causal(_export(llama, cache=static).components["decode"].program) == {}  # slots, cache_position
+    types = gemma3.config.get_text_config().layer_types
+    assert "sliding_attention" in types and "full_attention" in types
+    program = _export(gemma3).components["decode"].program
+    assert sum(len(nodes) for nodes in proven_causal(program).values()) == types.count("full_attention")
 
 
 def test_stateful_growing_cache_with_the_causal_flag_gives_eager_tokens(llama):
