@@ -102,13 +102,14 @@ SIZE_RULES: tuple[SizeRule, ...] = (
     _named("set", HEADS, _HEAD_KEYS),
     _named("set", KV_HEADS, ("num_key_value_heads", "num_kv_heads", "n_kv_heads", "multi_query_group_num")),
     _named("set", FFN, ("intermediate_size", "ffn_dim", "d_ff", "n_inner", "encoder_ffn_dim", "decoder_ffn_dim",
-                        "hidden_dim")),
+                        "hidden_dim", "dim_ff")),  # (CPM-Ant's dim_ff: 10240 wide sums drift 3e-4 from eager's)
     _named("set", 32, ("moe_intermediate_size", "shared_expert_intermediate_size", "expert_intermediate_size")),
     _named("set", HEAD_DIM, _HEAD_DIM_KEYS),
     _named("set", 4, ("num_experts", "num_local_experts", "n_routed_experts", "moe_num_experts")),
     _named("set", 2, ("num_experts_per_tok", "moe_k", "top_k_experts")),
     _named("cap", VOCAB, ("vocab_size", "entity_vocab_size")),
     _named("cap", 256, ("max_position_embeddings", "n_positions")),
+    _named("cap", 512, ("context_length",)),  # a forecaster's input steps (TimesFM 2.5: 16384, 512 patches)
     _named("cap", 64, ("max_target_positions",)),
     _named("cap", 16, ("max_source_positions", "v_head_dim")),
     _named("cap", 8, ("num_mel_bins", "patch_size", "qk_rope_head_dim", "qk_nope_head_dim", "state_size",
@@ -117,8 +118,7 @@ SIZE_RULES: tuple[SizeRule, ...] = (
     _named("cap", 4, ("frames_per_clip", "label_length")),  # (a forecaster's label window: <= the context, 4 steps)
     _named("cap", LAYERS, ("num_self_attends_per_block",)),
     # a layout embedding of 4 coordinates and 2 shape sizes, concatenated to the hidden size: 4 x 10 + 2 x 12 = 64
-    _named("set", 10, ("coordinate_size",)),
-    _named("set", 12, ("shape_size",)),
+    _named("set", 10, ("coordinate_size",)), _named("set", 12, ("shape_size",)),
     # second try: sizes the defaults leave None
     _named("fill", HEAD_DIM, ("head_dim",), fit=True),
     _named("fill", KV_HEADS, ("num_key_value_heads",), fit=True),
