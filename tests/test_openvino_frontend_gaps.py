@@ -181,3 +181,38 @@ def test_sizes_made_floats_convert_and_match_eager_at_other_sizes(monkeypatch):
     with pytest.raises(Exception, match="truediv|sym_float"):
         OpenVINOExporter().export(model, {"q": torch.randn(2, 6), "k": torch.randn(2, 6)},
                                   OpenVINOConfig(dynamic=True))
+
+
+class _TextMask(torch.nn.Module):
+    """Grounding DINO's decoder text mask in small: a padding mask tiled over its 4 heads and 8 queries."""
+
+    def forward(self, scores: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        tiled = mask[:, None, None, :].repeat(1, 4, 8, 1).to(scores.dtype)
+        return (scores + tiled * torch.finfo(scores.dtype).min).softmax(-1)
+
+
+def test_a_repeat_of_two_unit_dims_is_an_expand_where_the_cpu_plugin_tiles_them_wrong(monkeypatch):
+    """OpenVINO's CPU plugin tiles a partly dynamic ``[?,1,1,?]`` by ``[1, 4, 8, 1]`` in the wrong order (raw opset
+    ops below: when this assertion fails, the plugin is fixed and openvino-tile-unit-dims can go); Grounding DINO's
+    padded text row attended to the wrong positions. The workaround broadcasts those dims instead."""
+    import numpy as np
+    import openvino as ov
+    import openvino.opset13 as ops
+
+    from hfexport.workarounds import openvino_tile_unit_dims
+
+    rows = np.arange(12, dtype=np.float32).reshape(2, 1, 1, 6)
+    param = ops.parameter([-1, 1, 1, -1], np.float32)
+    tile = ops.tile(param, ops.constant(np.array([1, 4, 8, 1], dtype=np.int64)))
+    got = ov.Core().compile_model(ov.Model([tile], [param]), "CPU")([rows])[0]
+    assert not np.array_equal(got, np.tile(rows, [1, 4, 8, 1]))  # the plugin's bug, still there
+
+    inputs = {"scores": torch.randn(2, 4, 8, 6), "mask": torch.tensor([[True, True] + [False] * 4, [False] * 6])}
+    expected = _TextMask()(**inputs)
+    exported = OpenVINOExporter().export(_TextMask(), inputs, OpenVINOConfig(dynamic=True))
+    assert "openvino-tile-unit-dims" in exported.components["model"].metadata.workarounds
+    torch.testing.assert_close(exported(**inputs), expected, rtol=0, atol=1e-6)
+
+    monkeypatch.setattr(openvino_tile_unit_dims, "expand_unit_tiles", lambda program: 0)
+    wrong = OpenVINOExporter().export(_TextMask(), inputs, OpenVINOConfig(dynamic=True))(**inputs)
+    assert (wrong - expected).abs().max() > 0.1

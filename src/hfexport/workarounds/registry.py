@@ -231,7 +231,7 @@ BUILTIN_MODULES = tuple(f"hfexport.workarounds.{name}" for name in (
     "openvino_item_dtype", "embedding_bag", "openvino_split_to_bool", "executorch_xnnpack_repeated_outputs",
     "executorch_repeat_interleave", "openvino_integer_division",
     "models.prophetnet", "searchsorted", "openvino_symbolic_floats", "models.longformer",
-    "executorch_nonzero_layout", "executorch_negative_pad",
+    "executorch_nonzero_layout", "executorch_negative_pad", "openvino_tile_unit_dims",
 ))
 
 
