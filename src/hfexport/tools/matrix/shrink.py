@@ -36,7 +36,6 @@ Example:
 from __future__ import annotations
 
 import math
-
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -102,8 +101,9 @@ SIZE_RULES: tuple[SizeRule, ...] = (
     _named("set", HEADS, _HEAD_KEYS),
     _named("set", KV_HEADS, ("num_key_value_heads", "num_kv_heads", "n_kv_heads", "multi_query_group_num")),
     _named("set", FFN, ("intermediate_size", "ffn_dim", "d_ff", "n_inner", "encoder_ffn_dim", "decoder_ffn_dim",
-                        "hidden_dim", "dim_ff")),  # (CPM-Ant's dim_ff: 10240 wide sums drift 3e-4 from eager's)
-    _named("set", 32, ("moe_intermediate_size", "shared_expert_intermediate_size", "expert_intermediate_size")),
+                        "hidden_dim", "dim_ff", "d_inner", "ffn_hidden_size")),  # (CPM-Ant, XLNet, DBRX's)
+    _named("set", 32, ("moe_intermediate_size", "shared_expert_intermediate_size", "expert_intermediate_size",
+                       "moe_hidden_size")),
     _named("set", HEAD_DIM, _HEAD_DIM_KEYS),
     _named("set", 4, ("num_experts", "num_local_experts", "n_routed_experts", "moe_num_experts")),
     _named("set", 2, ("num_experts_per_tok", "moe_k", "top_k_experts")),
