@@ -31,12 +31,14 @@ def _batched_experts(self: Any, hidden_states: torch.Tensor, top_k_index: torch.
     routed = top_k_index < self.num_routed_experts
     index = torch.where(routed, top_k_index, torch.zeros_like(top_k_index))
     tokens, k = index.shape
-    # (each token repeated k times as a column: an expand(tokens, k, -1) reshaped to [T*k, 1, H] ran on OpenVINO's
-    # CPU plugin with a shape its Select then refused, "Eltwise shape infer input shapes dim index: 0 mismatch")
-    states = hidden_states.repeat_interleave(k, dim=0)[:, :, None]  # [T*k, H, 1]
-    gate_up = torch.matmul(self.gate_up_proj[index.reshape(-1)], states)  # [T*k, 2I, 1]
-    gate, up = gate_up.chunk(2, dim=1)
-    out = torch.matmul(self.down_proj[index.reshape(-1)], self.act_fn(gate) * up)  # [T*k, H, 1]
+    # (each token repeated k times as a row: an expand(tokens, k, -1) reshaped to [T*k, 1, H] ran on OpenVINO's CPU
+    # plugin with a shape its Select then refused, "Eltwise shape infer input shapes dim index: 0 mismatch"; the
+    # gathered weights on the right of the product: on their left, as columns, ExecuTorch planned 7.5 GiB at batch 8 x
+    # 512 positions and refused to load; this way it loads and generates eager's tokens)
+    states = hidden_states.repeat_interleave(k, dim=0)[:, None, :]  # [T*k, 1, H]
+    gate_up = torch.bmm(states, self.gate_up_proj[index.reshape(-1)].transpose(1, 2))  # [T*k, 1, 2I]
+    gate, up = gate_up.chunk(2, dim=-1)
+    out = torch.bmm(self.act_fn(gate) * up, self.down_proj[index.reshape(-1)].transpose(1, 2))  # [T*k, 1, H]
     out = torch.where(routed[..., None], out.reshape(tokens, k, -1), hidden_states[:, None, :])
     return (out * top_k_weights[..., None]).sum(1).to(hidden_states.dtype)
 
