@@ -72,7 +72,7 @@ def test_shrunk_configs_are_tiny_and_renumber_special_tokens():
 def test_feed_forward_sizes_under_other_names_shrink_too():
     """DBRX's ffn_config.ffn_hidden_size (3584), XLNet's d_inner (4096), CPM-Ant's dim_ff (10240), Muse Spark's
     moe_hidden_size (4096) stayed at their defaults: DBRX's per-token expert weights planned 10.5 GiB on ExecuTorch
-    (batch 8 x 512 positions), XLNet's 4092 GiB, and CPM-Ant's 10240-wide sums drifted 3e-4 on ONNX."""
+    (batch 8 x 512 positions), Muse Spark's 12 GiB, and CPM-Ant's 10240-wide sums drifted 3e-4 on ONNX."""
     assert tiny_config("dbrx").ffn_config.ffn_hidden_size == 128
     assert tiny_config("xlnet").d_inner == 128 and tiny_config("cpmant").dim_ff == 128
     assert tiny_config("muse_spark").text_config.moe_hidden_size == 32
