@@ -1,15 +1,15 @@
-"""ExecuTorch / XNNPACK: a partition that would depend on itself through nodes outside it is split, not lowered.
+"""ExecuTorch / XNNPACK: partitions that would depend on themselves once fused are split, not lowered as they are.
 
-XNNPACK's configuration-based partitioner can tag a partition whose nodes reach each other through a node outside
-it (a path out of the partition and back in): ``fuse_as_graphmodule`` then refuses the whole lowering ("Invalid
-partition, found dependency cycles", executorch 1.5.1; Pegasus-X's encoder with a dynamic sequence, whose global
-tokens leave the block attention and come back). ExecuTorch's Arm backend checks its partitions the same way
-(pytorch/executorch#18191). After XNNPACK has partitioned, each partition is checked for a path that leaves it and
-comes back, through plain nodes or through other partitions (fused one after the other, each becomes one node: two
-partitions valid alone can need each other); one that has such a path is split into its connected pieces, each a
-partition of its own where it has none and left to the portable kernels where it has, and the constants it read
-follow the piece that reads them.
-Drop it once the partitioner never proposes a cyclic partition.
+ExecuTorch fuses the partitions XNNPACK's configuration-based partitioner tags one after the other
+(``fuse_as_graphmodule``), each becoming one node whose outputs depend on all its inputs. Two partitions that are
+each valid alone can then need each other (one reads an output of the other, which reads an output of the first),
+and the second fusion refuses the whole lowering: "Invalid partition, found dependency cycles" (executorch 1.5.1;
+Pegasus-X's encoder with a dynamic sequence: 1 of its 27 partitions). ExecuTorch's Arm backend checks its own
+partitions for cycles (pytorch/executorch#18191). After XNNPACK has partitioned, each partition is checked for a path
+that leaves it and comes back, through plain nodes or through other partitions (each taken as one node); one that
+has such a path is split into its connected pieces, each a partition of its own where it has none and left to the
+portable kernels where it has, and the constants it read follow the piece that reads them. Drop it once the
+partitioner never proposes such partitions.
 """
 
 from __future__ import annotations
@@ -114,8 +114,8 @@ def _connected(members: list[Any]) -> list[list[Any]]:
     id="executorch-partition-cycles",
     backend="executorch",
     target="executorch.backends.xnnpack.partition.xnnpack_partitioner.XnnpackPartitioner.partition",
-    breaks="a partition that reaches itself through an outside node fails the whole lowering: 'Invalid partition, "
-    "found dependency cycles' (Pegasus-X's encoder, dynamic)",
+    breaks="partitions that need each other once fused fail the whole lowering: 'Invalid partition, found "
+    "dependency cycles' (Pegasus-X's encoder, dynamic)",
     upstream="executorch exir/backend/canonical_partitioners/config_partitioner.py (the Arm backend's own check: "
     "pytorch/executorch#18191)",
     versions={"executorch": ">=1.0,<1.6"},
