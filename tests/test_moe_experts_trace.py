@@ -83,11 +83,13 @@ def test_grouped_mm_experts_of_a_language_model_inside_a_model_that_cannot_switc
     assert (exported(**inputs).logits - expected).abs().max() < 1e-3
 
 
-@pytest.mark.parametrize("model_type", ["dbrx", pytest.param("longcat_flash", marks=pytest.mark.sweep)])  # (40 s)
+@pytest.mark.sweep  # (matrix-family regressions, 30-40 s each: the matrix's rows run them too)
+@pytest.mark.parametrize("model_type", ["dbrx", "longcat_flash"])
 def test_batched_experts_decode_a_token_a_row_on_openvino_like_eager(model_type):
     """Their batched experts took each token's k choices as an expand(tokens, k, -1) reshaped to [T*k, 1, H]: in the
     single-token decode graph OpenVINO's frontend refused DBRX's ("Incompatible MatMul matrix dimension"), and its CPU
-    plugin LongCat-Flash's Select at run time. As a column per choice (repeat_interleave) both generate like eager."""
+    plugin LongCat-Flash's Select at run time. With each token repeated per choice (repeat_interleave; DBRX's as a
+    column, LongCat-Flash's as a row: see longcat-flash-batched-experts) both generate like eager."""
     from hfexport.tools.matrix.discovery import discover
     from hfexport.tools.matrix.worker import run_case
 

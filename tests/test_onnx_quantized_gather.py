@@ -39,7 +39,8 @@ def _export(model, inputs, name, folder):
 # nncf-int4: NNCF's int8 backup for the embedding and the lm_head gives both the same codes, so they are shared;
 # nncf-int8: SmoothQuant rescales the lm_head's weight, so its codes differ and the table keeps its own copy (the
 # lookup is still rewritten). ONNX Runtime's own Gather quantization already dequantizes after the lookup.
-@pytest.mark.parametrize("name,shared", [("nncf-int4", True), ("nncf-int8", False)])
+@pytest.mark.parametrize("name,shared", [("nncf-int4", True),
+                                         pytest.param("nncf-int8", False, marks=pytest.mark.sweep)])  # (24 s)
 def test_lookup_dequantizes_its_rows_only_and_shares_a_tied_lm_heads_identical_int8_copy(
     tied, name, shared, tmp_path, monkeypatch
 ):

@@ -604,7 +604,7 @@ def _run(code: str, arg: Path) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-c", code, str(arg)], capture_output=True, text=True, timeout=300)
 
 
-@pytest.mark.parametrize("which", ["xnnpack-key", "tensor-name"])
+@pytest.mark.parametrize("which", ["xnnpack-key", pytest.param("tensor-name", marks=pytest.mark.sweep)])  # (~15 s)
 def test_a_non_utf8_name_aborts_the_runtime_without_our_check(which, saved_exports, tied_executorch, tmp_path):
     """The rows are live: the ExecuTorch runtime alone kills the process (SIGABRT: it logs the name, and the Python
     log bridge throws on the undecodable bytes inside C++); through hfexport the same file is a ManifestError."""
