@@ -1,8 +1,9 @@
-"""``patch_attribute``, the reversible patch every workaround applies: what it undoes is what was there."""
+"""``patch_attribute``, the reversible patch every workaround applies: what it undoes is what was there; and
+``run_after``, a method that runs a mend after the original on what it was given and returned."""
 
 from __future__ import annotations
 
-from hfexport.workarounds.registry import patch_attribute
+from hfexport.workarounds.registry import patch_attribute, run_after
 
 
 class _Base:
@@ -38,3 +39,14 @@ def test_an_inherited_attribute_patched_on_a_subclass_is_inherited_again_after_t
     undo_base = patch_attribute(_Base, "scale", lambda self, x: 5 * x)
     assert _Child().scale(1) == 5  # it follows its base again: no copy of the method left frozen on it
     undo_base()
+
+
+def test_run_after_mends_after_the_original_returns_its_result_and_undoes():
+    seen = []
+    undo = run_after(_Base, "scale", lambda result, self, x: seen.append((result, x)))
+    base = _Base()
+    assert base.scale(5) == 10 and seen == [(10, 5)]  # the original ran first, its result handed on and returned
+    assert _Base.scale.__name__ == "scale"
+    undo()
+    assert base.scale(6) == 12 and seen == [(10, 5)]
+    assert _Child().scale(1) == 2 and "scale" not in vars(_Child)

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .registry import patch_attribute, workaround
+from .registry import run_after, workaround
 
 __all__ = ["split_cyclic_partitions"]
 
@@ -123,11 +123,4 @@ def _connected(members: list[Any]) -> list[list[Any]]:
 def _apply(model: Any, inputs: dict):
     from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
 
-    original = XnnpackPartitioner.partition
-
-    def partition(self: Any, exported_program: Any) -> Any:
-        result = original(self, exported_program)
-        split_cyclic_partitions(result)
-        return result
-
-    return patch_attribute(XnnpackPartitioner, "partition", partition)
+    return run_after(XnnpackPartitioner, "partition", lambda result, *_: split_cyclic_partitions(result))

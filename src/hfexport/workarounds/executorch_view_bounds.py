@@ -24,7 +24,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from .registry import patch_attribute, workaround
+from .registry import patch_attribute, run_after, workaround
 
 __all__ = ["fit_bases_to_views"]
 
@@ -74,14 +74,8 @@ def fit_bases_to_views(graph_module: Any) -> int:
 def _apply(model: Any, inputs: dict):
     from executorch.exir.passes.sym_shape_eval_pass import ConstraintBasedSymShapeEvalPass
 
-    original = ConstraintBasedSymShapeEvalPass.call
-
-    def call(self: Any, graph_module: Any) -> Any:
-        result = original(self, graph_module)
-        fit_bases_to_views(graph_module)
-        return result
-
-    return patch_attribute(ConstraintBasedSymShapeEvalPass, "call", call)
+    return run_after(ConstraintBasedSymShapeEvalPass, "call",
+                     lambda result, self, graph_module: fit_bases_to_views(graph_module))
 
 
 def dynamism_differs(node: Any) -> bool:

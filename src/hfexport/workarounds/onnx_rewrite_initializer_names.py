@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .registry import patch_attribute, workaround
+from .registry import run_after, workaround
 
 __all__ = ["register_orphan_constants"]
 
@@ -39,15 +39,6 @@ def register_orphan_constants(model: Any) -> int:
     return fixed
 
 
-def _call(original: Any) -> Any:
-    def call(self: Any, model: Any) -> Any:
-        result = original(self, model)
-        register_orphan_constants(model)
-        return result
-
-    return call
-
-
 @workaround(
     id="onnx-rewrite-initializer-names",
     backend="onnx",
@@ -60,4 +51,4 @@ def _call(original: Any) -> Any:
 def _apply(model: Any, inputs: dict):
     from onnxscript.rewriter import RewritePass
 
-    return patch_attribute(RewritePass, "call", _call(RewritePass.call))
+    return run_after(RewritePass, "call", lambda result, self, model: register_orphan_constants(model))
