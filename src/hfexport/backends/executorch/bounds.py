@@ -11,8 +11,10 @@ their square again): a tiny vision tower traced at 32 x 32 and planned at 512 x 
 An explicit ``dynamic_shapes`` with ``Dim(max=...)`` keeps its own bound (pass one to take larger images). A size
 read from a tensor (``u0 = grid[0].item()``, with static inputs too) has no traced value: it takes 4 x the value the
 sample inputs give it (the program run once on them), else the length rule (512 each planned LFM3-VL's tower, three
-sizes multiplied, at 128 GiB); a larger one fails at run time as a larger input does. (Not solved: where
-``to_edge``'s new trace meets a guard on such a size that the first trace settled, e.g. ``end < 0`` then ``end > 16``
+sizes multiplied, at 128 GiB); a larger one fails at run time as a larger input does. ``to_edge`` and
+``to_executorch`` trace again and make new symbols of such reads, without those caps: ``cap_late_reads`` gives them
+the length rule's when memory is planned (a divisor at least 1, a read squared as far below 0 as above). (Not solved:
+where ``to_edge``'s new trace meets a guard on such a size that the first trace settled, e.g. ``end < 0`` then ``end > 16``
 in a slice's decomposition of LFM2-VL and BLT; a second lowering of the same program with the reads capped at the
 sample's values met torch's "possible memo disaster" in rebind_unbacked.)
 """
@@ -26,7 +28,7 @@ import torch
 from torch.utils._sympy.numbers import IntInfinity, int_oo
 from torch.utils._sympy.value_ranges import ValueRanges
 
-__all__ = ["cap_dynamic_dims", "BATCH_FLOOR", "LENGTH_FLOOR"]
+__all__ = ["cap_dynamic_dims", "cap_late_reads", "BATCH_FLOOR", "LENGTH_FLOOR"]
 
 logger = logging.getLogger(__name__)
 
@@ -34,6 +36,7 @@ BATCH_FLOOR = 8
 LENGTH_FLOOR = 512
 _GROWTH = 4
 _IMAGE_NAMES = ("pixel", "image", "video")
+_HUGE = 2**62  # a read's range as torch leaves it: [0, 2**63 - 2], which a product or a square takes to int_oo
 
 
 def _unbounded(bound) -> bool:
@@ -91,6 +94,68 @@ def cap_dynamic_dims(program: torch.export.ExportedProgram) -> dict[str, int]:
         logger.info("ExecuTorch plans dynamic dims up to: %s (pass dynamic_shapes with Dim(max=...) to choose)",
                     ", ".join(f"{s}<={c}" for s, c in caps.items()))
     return {str(s): c for s, c in caps.items()}
+
+
+def cap_late_reads(graph_module: torch.fx.GraphModule) -> dict[str, int]:
+    """Give each size read from a tensor that is still unbounded when memory is planned the length rule's cap
+    (``LENGTH_FLOOR``), in place; return ``{symbol: cap}``. ``to_edge`` and ``to_executorch`` trace the program
+    again, and a read's new symbol there (``u67 = _local_scalar_dense(...)``, where the program had ``u1 =
+    item(...)``, capped) comes without the bound its first one was given: "Cannot evaluate a finite upper bound for
+    symbolic expression u67 (int_oo)" (IDEFICS 2's patches per image, read from its pixel attention mask, split by)."""
+    caps: dict[str, int] = {}
+    for size in _planned_sizes(graph_module):
+        env = size.node.shape_env
+        for symbol in size.node.expr.free_symbols:
+            bounds = env.var_to_range.get(symbol)
+            if not str(symbol).startswith("u"):
+                continue
+            if bounds is None or _unbounded(bounds.upper) or bounds.upper >= _HUGE:
+                bounds = env.var_to_range[symbol] = ValueRanges(0 if bounds is None else bounds.lower, LENGTH_FLOOR)
+                caps[str(symbol)] = LENGTH_FLOOR
+            if bounds.lower < -bounds.upper:  # (a read not known to be a size, squared: Nemotron-H Omni's grid side,
+                # in [-int_oo, 8]: as far from 0 below as above)
+                env.var_to_range[symbol] = ValueRanges(-bounds.upper, bounds.upper)
+        _nonzero_divisors(size.node.expr, env.var_to_range)
+    if caps:
+        logger.info("ExecuTorch plans sizes read from tensors (traced again) up to: %s",
+                    ", ".join(f"{s}<={c}" for s, c in caps.items()))
+    return caps
+
+
+def _planned_sizes(graph_module: torch.fx.GraphModule) -> Any:
+    """Every symbolic size and stride the memory planner evaluates: each node's tensor specs and values, in every
+    graph module (``ConstraintBasedSymShapeEvalPass`` reads the specs' shapes and strides, submodules included)."""
+    for module in graph_module.modules():
+        if not isinstance(module, torch.fx.GraphModule):
+            continue
+        for node in module.graph.nodes:
+            for value in torch.utils._pytree.tree_leaves([node.meta.get("spec"), node.meta.get("val")]):
+                if isinstance(value, torch.Tensor):
+                    sizes = [*value.shape, *value.stride()]
+                elif hasattr(value, "shape") and hasattr(value, "stride"):  # a TensorSpec
+                    sizes = [*value.shape, *(value.stride or ())]
+                else:
+                    sizes = [value]
+                yield from (s for s in sizes if isinstance(s, torch.SymInt))
+
+
+def _nonzero_divisors(expr: Any, ranges: dict) -> None:
+    """Raise the lower bound of the read sizes a size divides by until each divisor is at least 1, in place: a read
+    may be 0 as far as torch knows, so ``u317 // u312`` had no upper bound (Inkling 2's patches per tile), while the
+    program divides by it and so never sees it 0. (``u151 // 2`` as a divisor: ``u151`` >= 2.)"""
+    from torch.utils._sympy.functions import FloorDiv, Mod
+    from torch.utils._sympy.value_ranges import bound_sympy
+
+    for atom in expr.atoms(FloorDiv, Mod):
+        divisor = atom.args[1]
+        reads = [s for s in divisor.free_symbols if str(s).startswith("u")]
+        for floor in (1, 2, 4, 8, 16, 32, 64):
+            if not reads or bound_sympy(divisor, ranges).lower >= 1:
+                break
+            for symbol in reads:
+                bounds = ranges.get(symbol, ValueRanges(0, LENGTH_FLOOR))
+                if bounds.lower < floor <= bounds.upper:
+                    ranges[symbol] = ValueRanges(floor, bounds.upper)
 
 
 def _read_sizes_env(program: torch.export.ExportedProgram) -> Any:

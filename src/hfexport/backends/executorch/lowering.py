@@ -16,7 +16,7 @@ import torch
 
 from ...capture.graph_passes import drop_tensor_checks, fold_split_cat
 from ...configs import ExecutorchConfig
-from .bounds import cap_dynamic_dims
+from .bounds import cap_dynamic_dims, cap_late_reads
 from .targets import Target
 from .weights import DATA_TAG, tag_weights_external
 
@@ -32,6 +32,12 @@ def backend_config(config: ExecutorchConfig, external: bool = False, quant_fusio
     ``embedding_4bit``, which have kernels; torchao's op has none)."""
     from executorch.exir import ExecutorchBackendConfig
     from executorch.exir.passes import MemoryPlanningPass
+    from executorch.exir.passes.sym_shape_eval_pass import ConstraintBasedSymShapeEvalPass
+
+    class BoundedSymShapeEval(ConstraintBasedSymShapeEvalPass):  # (see bounds.cap_late_reads)
+        def call(self, graph_module: Any) -> Any:
+            cap_late_reads(graph_module)
+            return super().call(graph_module)
 
     return ExecutorchBackendConfig(
         memory_planning_pass=MemoryPlanningPass(
@@ -39,6 +45,7 @@ def backend_config(config: ExecutorchConfig, external: bool = False, quant_fusio
             alloc_graph_output=config.alloc_graph_output,
             alloc_mutable_buffers=config.alloc_mutable_buffers,
         ),
+        sym_shape_eval_pass=BoundedSymShapeEval(),
         emit_mutable_buffer_names=True,  # a cache kept as state is reached by name (Method.get_attribute)
         external_constants=(lambda node: DATA_TAG) if external else False,
         do_quant_fusion_and_const_prop=quant_fusion,
