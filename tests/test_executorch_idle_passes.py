@@ -105,7 +105,8 @@ def test_each_check_sees_the_op_its_pass_rewrites():
 
     conv = edge(_Convolutional(), torch.randn(2, 4, 9))
     decoder = edge(_Decoder(), torch.randn(2, 5, 16))
-    for module, name in [("decompose_batch_norm", "DecomposeBatchNorm"), ("conv1d_unsqueeze_pass", "Conv1dUnsqueezePass"),
+    for module, name in [("decompose_batch_norm", "DecomposeBatchNorm"),
+                         ("conv1d_unsqueeze_pass", "Conv1dUnsqueezePass"),
                          ("fuse_activation_pass", "FuseActivationPass"), ("decompose_cat", "DecomposeConcatenate")]:
         assert idle.has_work(module, name, conv), name
         assert not idle.has_work(module, name, decoder), name

@@ -14,9 +14,9 @@ sample inputs give it (the program run once on them), else the length rule (512 
 sizes multiplied, at 128 GiB); a larger one fails at run time as a larger input does. ``to_edge`` and
 ``to_executorch`` trace again and make new symbols of such reads, without those caps: ``cap_late_reads`` gives them
 the length rule's when memory is planned (a divisor at least 1, a read squared as far below 0 as above). (Not solved:
-where ``to_edge``'s new trace meets a guard on such a size that the first trace settled, e.g. ``end < 0`` then ``end > 16``
-in a slice's decomposition of LFM2-VL and BLT; a second lowering of the same program with the reads capped at the
-sample's values met torch's "possible memo disaster" in rebind_unbacked.)
+where ``to_edge``'s new trace meets a guard on such a size that the first trace settled, e.g. ``end < 0`` then
+``end > 16`` in a slice's decomposition of LFM2-VL and BLT; a second lowering of the same program with the reads
+capped at the sample's values met torch's "possible memo disaster" in rebind_unbacked.)
 """
 
 from __future__ import annotations
