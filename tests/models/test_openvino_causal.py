@@ -116,6 +116,8 @@ def test_gemma3_past_its_sliding_window_gives_eager_tokens(gemma3):
     assert torch.equal(got, _eager(model))
 
 
+@pytest.mark.sweep  # (a stateless export and a prompt-lookup generate, 40 s in the fresh clone of eccb237: the
+# default suite's 25 minutes; the proof's refusal of padding stays in the default suite above)
 def test_stateless_attention_keeps_its_mask_and_prompt_lookup_gives_eager_tokens(llama, monkeypatch):
     """The plugin's plain attention node aligns ``causal`` top-left: with the flag, this prompt lookup departs
     from eager's tokens (measured), so the runner keeps the mask where the attention is not fused with its state."""
