@@ -67,8 +67,11 @@ def test_a_plan_larger_than_the_available_memory_is_refused_before_loading(saved
         ExportedModel.from_pretrained(folder)(x=torch.randn(1, 6, 8))
     message = str(info.value)
     assert f"'forward' plans {planned / 2**20:.2f} MiB" in message and "available" in message, message
-    assert "x [1, 256, 8]" in message, message  # the input at its planned bound, which the advice then lowers
+    assert "input 0 [1, 256, 8]" in message, message  # the input at its planned bound, which the advice lowers
     assert "Dim('seq', max=" in message or "Dim('batch', max=" in message, message
+    with pytest.raises(UnsupportedError) as info:  # the export in memory: named from its program's specs
+        _export(256)(x=torch.randn(1, 6, 8))
+    assert "x [1, 256, 8]" in str(info.value), str(info.value)
     monkeypatch.setenv("HFEXPORT_SKIP_MEMORY_CHECK", "1")
     out = ExportedModel.from_pretrained(folder)(x=torch.randn(1, 6, 8))
     assert out.shape == (1, 6, 64)
@@ -90,6 +93,45 @@ def test_running_out_of_memory_while_the_runtime_loads_the_program_is_a_typed_er
         exported(x=torch.randn(1, 6, 8))
     assert f"'forward' plans {planned / 2**20:.2f} MiB" in str(info.value) and "Dim('seq', max=" in str(info.value)
     assert isinstance(info.value.__cause__, MemoryError)
+
+
+_UNDER_A_LIMIT = """
+import resource, sys, torch
+from hfexport import ExportedModel, UnsupportedError
+from hfexport.backends.executorch import memory, runner
+import executorch.runtime
+used = next(int(l.split()[1]) * 1024 for l in open("/proc/self/status") if l.startswith("VmData:"))
+resource.setrlimit(resource.RLIMIT_DATA, (used + (512 << 20), resource.getrlimit(resource.RLIMIT_DATA)[1]))
+print("available", memory.available_bytes())
+try:
+    ExportedModel.from_pretrained(sys.argv[1])(x=torch.randn(1, 6, 8))
+except UnsupportedError as e:
+    print("refused", e)
+"""
+
+
+def test_a_plan_over_the_process_ulimit_is_refused_before_loading(tmp_path):
+    """A plan under the machine's free memory but over the process's ``RLIMIT_DATA`` (the matrix's workers run under
+    8 GiB) failed in the runtime's allocation as std::bad_alloc; it is refused before loading, by the same check."""
+    import platform
+    import subprocess
+    import sys
+
+    if platform.system() != "Linux":
+        pytest.skip("RLIMIT_DATA and /proc/self/status are Linux's")
+    exported = _export(2**22)  # the output alone: 4M positions x 64 floats = 1 GiB
+    planned = memory.planned_bytes(exported.program, "forward")
+    assert planned >= 2**30
+    exported.save_pretrained(tmp_path / "export")
+    out = subprocess.run([sys.executable, "-c", _UNDER_A_LIMIT, str(tmp_path / "export")], capture_output=True,
+                         text=True, timeout=300)
+    out = out.stdout + out.stderr[-3000:]
+    available = int(out.split("available ")[1].split()[0])
+    assert 0 < available <= 512 << 20, out
+    # refused by the check as the file loads (the runtime's load_program allocates the plan: std::bad_alloc, which
+    # was reported as a corrupt or tampered file)
+    assert f"refused the ExecuTorch method 'forward' plans {planned / 2**30:.2f} GiB" in out, out
+    assert "ran out of memory" not in out and "tampered" not in out, out
 
 
 @pytest.mark.sweep  # 32 s; the default suite took 35 s of new generate and conversion tests (issue 22)

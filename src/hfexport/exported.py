@@ -322,8 +322,8 @@ class _as_manifest_error:
         return None
 
     def __exit__(self, kind: Any, error: BaseException | None, traceback: Any) -> bool:
-        if error is None or isinstance(error, HfExportError) or not isinstance(error, Exception):
-            return False
+        if error is None or isinstance(error, (HfExportError, MemoryError)) or not isinstance(error, Exception):
+            return False  # (running out of memory says nothing of the file)
         lines = [line.strip() for line in str(error).strip().splitlines() if line.strip()]
         # runtimes lead with where in their C++ sources they raised ("Exception from src/...cpp:84:"): keep the words
         said = [line for line in lines if not _SOURCE_LOCATION.fullmatch(line)] or lines or [kind.__name__]

@@ -132,11 +132,13 @@ class ExecutorchExporter(HfExporter):
         """
         from executorch.runtime import Runtime, Verification
 
+        from .memory import check_file_memory
         from .safety import check_program
 
         # before the runtime reads a byte: headers and segments in bounds, only our delegates and registered
         # operators, XNNPACK constants naming valid keys, and a .ptd only where the export lists it
         data = check_program(Path(path))
+        check_file_memory(Path(path))  # (load_program allocates the methods' memory plans)
         program = Runtime.get().load_program(
             Path(path), verification=Verification.InternalConsistency, data_path=data
         )

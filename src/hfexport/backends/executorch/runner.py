@@ -69,6 +69,13 @@ def runtime_program(program: Any) -> Any:
     return loaded
 
 
+def _loaded_program(program: Any) -> Any:
+    """The runtime ``Program`` of ``program`` where it is loaded already, ``None`` before :func:`runtime_program`."""
+    from executorch.runtime import Program
+
+    return program if isinstance(program, Program) else getattr(program, "_hfexport_runtime_program", None)
+
+
 def program_lock(program: Any) -> Any:
     """The lock every call into the runtime ``program``'s methods holds (made once per program, kept on it)."""
     with _LOAD_LOCK:  # two runners made at once on one program must get the same lock
@@ -156,10 +163,11 @@ class ExecutorchRunner(ModelRunner):
         with _LOAD_LOCK:
             if _uses_llama_kernels(metadata):
                 register_llama_kernels()  # the method's llama::update_cache / custom_sdpa kernels, before loading it
-            loaded = runtime_program(program)
-            # load_method allocates the whole memory plan: refuse one that does not fit, before the OOM killer does
-            check_planned_memory(program, loaded, method,
+            # load_method (and the pybinding's load_program before it) allocates the whole memory plan: refuse one
+            # that does not fit before either does, which the OOM killer or a ulimit would stop
+            check_planned_memory(program, _loaded_program(program), method,
                                  [s.name for s in metadata.inputs if s.role is not IORole.STATE])
+            loaded = runtime_program(program)
             self.method = loaded.load_method(method)
             self._lock = program_lock(loaded)
             self._sequence = _method_sequence(self.method)
