@@ -19,9 +19,8 @@ vocabularies at 256, width/depth multipliers at 1, a detector's queries at 8); s
 ``out_indices`` read, per-stage head lists become 4 each, ``per_layer_config`` loses the entries of removed layers,
 a sub-model without SDPA gets eager attention, a sub-config's keys that its class derives from its fields are
 recomputed (not passed back at the default's value), a set rule never grows a smaller default and a stack cut to
-sliding layers keeps a full-attention one. They are not applied on the first try so that
-every config that builds with the plain rules stays as it was. The worker also retries, with these rules, a model
-that builds but does not run eagerly on its sample inputs (``build_model(..., fit=True)``).
+sliding layers keeps a full-attention one. Not applied on the first try (configs that build with the plain rules
+stay as they were); the worker retries with them a model that builds but fails eagerly (``fit=True``).
 
 :data:`OVERRIDES` (:mod:`.overrides`) holds what the rules cannot guess for a family; :data:`FROM_TINY_CASES` names
 the families whose hand-written tiny model (``hfexport.testing.tiny``) is used instead, because their sample inputs
@@ -46,7 +45,8 @@ __all__ = ["OVERRIDES", "FROM_TINY_CASES", "SIZE_RULES", "SizeRule", "tiny_confi
 
 MAX_PARAMETERS = 30_000_000
 _LAYER_KEYS = ("num_hidden_layers", "num_layers", "n_layer", "n_layers", "num_decoder_layers", "encoder_layers",
-               "decoder_layers", "num_encoder_layers", "depth")
+               "decoder_layers", "num_encoder_layers", "depth", "layers",  # (Kosmos-2's text model)
+               "speech_encoder_layers", "t2u_encoder_layers", "t2u_decoder_layers", "conf_num_hidden_layers")
 _HEAD_KEYS = ("num_attention_heads", "n_head", "n_heads", "num_heads", "encoder_attention_heads",
               "decoder_attention_heads")
 
@@ -107,13 +107,13 @@ SIZE_RULES: tuple[SizeRule, ...] = (
     _named("set", HEAD_DIM, _HEAD_DIM_KEYS),
     _named("set", 4, ("num_experts", "num_local_experts", "n_routed_experts", "moe_num_experts")),
     _named("set", 2, ("num_experts_per_tok", "moe_k", "top_k_experts")),
-    _named("cap", VOCAB, ("vocab_size", "entity_vocab_size")),
-    _named("cap", 256, ("max_position_embeddings", "n_positions")),
+    _named("cap", VOCAB, ("vocab_size", "entity_vocab_size", "vocab_size_per_layer_input")),
+    _named("cap", 256, ("max_position_embeddings", "n_positions", "max_speech_positions")),  # (SpeechT5: 4000)
     _named("cap", 512, ("context_length",)),  # a forecaster's input steps (TimesFM 2.5: 16384, 512 patches)
     _named("cap", 64, ("max_target_positions",)),
     _named("cap", 16, ("max_source_positions", "v_head_dim")),
     _named("cap", 8, ("num_mel_bins", "patch_size", "qk_rope_head_dim", "qk_nope_head_dim", "state_size",
-                      "ssm_state_size")),
+                      "ssm_state_size", "attention_window")),  # (LED's, Longformer's: 512)
     _named("cap", 32, ("image_size", "crop_size", "kv_lora_rank", "q_lora_rank")),
     _named("cap", 4, ("frames_per_clip", "label_length")),  # (a forecaster's label window: <= the context, 4 steps)
     _named("cap", LAYERS, ("num_self_attends_per_block",)),
