@@ -87,24 +87,28 @@ def test_a_dynamic_export_that_pads_to_blocks_generates_like_eager(model_type):
 
 
 class ImageAndText(torch.nn.Module):
-    def forward(self, pixel_values, input_ids, past_keys, pixel_values_videos):
+    def forward(self, pixel_values, input_ids, past_keys, pixel_values_videos, encoder_outputs_last_hidden_state):
         return (pixel_values.mean((1, 2, 3))[:, None] + input_ids.float().mean(1, keepdim=True), past_keys * 2,
-                pixel_values_videos * 2)
+                pixel_values_videos * 2, encoder_outputs_last_hidden_state)
 
 
 def test_an_images_height_and_width_are_planned_at_the_traced_size_and_a_cache_length_is_not():
     """ExecuTorch plans every tensor at its bounds: 512 x 512 images for a tiny tower traced at 32 x 32 planned
-    7 GiB (Aria's generate); a video's frames count as a batch; a cache's rank-4 length keeps the length rule."""
+    7 GiB (Aria's generate); a video's frames count as a batch; a cache's rank-4 length keeps the length rule. An
+    image encoder's feature map that a decode step takes and returns (PP-FormulaNet's, which planned 4 GiB at 512
+    per dim) follows its image."""
     from torch.export import Dim
 
     from hfexport.backends.executorch.bounds import BATCH_FLOOR, LENGTH_FLOOR, cap_dynamic_dims
 
     inputs = {"pixel_values": torch.randn(2, 3, 32, 24), "input_ids": torch.ones(2, 7, dtype=torch.long),
-              "past_keys": torch.randn(2, 4, 5, 8), "pixel_values_videos": torch.randn(2, 3, 3, 16, 16)}
+              "past_keys": torch.randn(2, 4, 5, 8), "pixel_values_videos": torch.randn(2, 3, 3, 16, 16),
+              "encoder_outputs_last_hidden_state": torch.randn(2, 64, 4, 3)}
     auto = Dim.AUTO
     program = torch.export.export(ImageAndText(), (), inputs, dynamic_shapes={
         "pixel_values": {0: auto, 2: auto, 3: auto}, "input_ids": {0: auto, 1: auto}, "past_keys": {0: auto, 2: auto},
-        "pixel_values_videos": {0: auto, 1: auto, 3: auto, 4: auto}})
+        "pixel_values_videos": {0: auto, 1: auto, 3: auto, 4: auto},
+        "encoder_outputs_last_hidden_state": {0: auto, 1: auto, 2: auto, 3: auto}})
     caps = cap_dynamic_dims(program)
     shapes = {n.name: n.meta["val"].shape for n in program.graph.nodes if n.op == "placeholder"}
     cap = {name: [caps.get(str(d.node.expr)) if isinstance(d, torch.SymInt) else d for d in shape]
@@ -113,6 +117,7 @@ def test_an_images_height_and_width_are_planned_at_the_traced_size_and_a_cache_l
     assert cap["input_ids"] == [BATCH_FLOOR, LENGTH_FLOOR]
     assert cap["past_keys"] == [BATCH_FLOOR, 4, LENGTH_FLOOR, 8]
     assert cap["pixel_values_videos"] == [BATCH_FLOOR, 4 * 3, 3, 16, 16]  # frames as a batch, not 512 of them
+    assert cap["encoder_outputs_last_hidden_state"] == [BATCH_FLOOR, 4 * 64, 4, 3]
 
 
 class KeepRows(torch.nn.Module):

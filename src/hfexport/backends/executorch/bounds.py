@@ -4,8 +4,10 @@ ExecuTorch plans every tensor at its upper bound, and a ``Dim.AUTO`` dim has non
 falls back to the size seen while tracing, and the program refuses any larger input at run time ("Attempted to
 resize a bounded tensor"). Before lowering we give each unbounded symbol a cap: a batch dim (dim 0 of a user input)
 ``max(4 x traced, 8)``; an image's height and width (the last two dims of a floating-point input of rank 4 or more
-named for pixels, images or video: ``pixel_values``, ``pixel_values_videos``) the traced size, and its count of
-images or frames (its other dims) ``max(4 x traced, 8)`` as a batch; any other ``max(4 x traced, 512)``. A
+named for pixels, images or video: ``pixel_values``, ``pixel_values_videos``, or an encoder's output feature map
+passed to a decode step, PP-FormulaNet's ``[batch, channels, height, width]``, whose size follows its image's) the
+traced size, and its count of images or frames or channels (its other dims) ``max(4 x traced, 8)`` as a batch; any
+other ``max(4 x traced, 512)`` (the feature map at 512 each planned 4 GiB, twice). A
 processor resizes images to one size, and activations grow with the square of the patches (attention over them with
 their square again): a tiny vision tower traced at 32 x 32 and planned at 512 x 512 for a batch of 8 planned 7 GiB.
 An explicit ``dynamic_shapes`` with ``Dim(max=...)`` keeps its own bound (pass one to take larger images). A size
@@ -35,7 +37,7 @@ logger = logging.getLogger(__name__)
 BATCH_FLOOR = 8
 LENGTH_FLOOR = 512
 _GROWTH = 4
-_IMAGE_NAMES = ("pixel", "image", "video")
+_IMAGE_NAMES = ("pixel", "image", "video", "encoder_outputs")  # (the last: of rank 4 and more only)
 _HUGE = 2**62  # a read's range as torch leaves it: [0, 2**63 - 2], which a product or a square takes to int_oo
 
 
