@@ -61,3 +61,31 @@ def test_a_negative_pad_runs_and_matches_eager(monkeypatch):
     unfixed = ExecutorchExporter().export(model, {"x": x}, ExecutorchConfig(dynamic=False))
     with pytest.raises(RuntimeError, match="0x12"):
         unfixed(x=x)
+
+
+class _SqueezeRows(torch.nn.Module):
+    """squeeze(1) of a dim traced at 3 rows (kept: the size is symbolic), then the rows flattened into the width."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x.squeeze(1).reshape(x.shape[0], -1) * 2
+
+
+def test_a_squeeze_of_a_symbolic_dim_that_is_one_at_run_time_keeps_the_traced_rank(monkeypatch):
+    """ExecuTorch's squeeze_copy drops at run time a dim the trace kept, and its output planned at the traced rank
+    cannot take it (Kimi-K2.5's tower: error 0x12; checked below with the workaround off)."""
+    from hfexport.workarounds import executorch_squeeze_symbolic
+
+    model, rows = _SqueezeRows(), torch.export.Dim("rows", min=1, max=8)
+    x3, x1 = torch.randn(2, 3, 4), torch.randn(2, 1, 4)
+    assert model(x1).shape == (2, 4) and model(x3).shape == (2, 12)  # torch squeezes the 1 away, the 3 not
+    config = ExecutorchConfig(dynamic=True, dynamic_shapes={"x": {1: rows}})
+    exported = ExecutorchExporter().export(model, {"x": x3}, config)
+    assert "executorch-squeeze-symbolic" in exported.components["model"].metadata.workarounds
+    for x in (x3, x1):
+        assert torch.equal(exported(x=x), model(x))
+
+    monkeypatch.setattr(executorch_squeeze_symbolic, "squeeze_static_ones", lambda program: 0)
+    unfixed = ExecutorchExporter().export(model, {"x": x3}, config)
+    assert torch.equal(unfixed(x=x3), model(x3))
+    with pytest.raises(RuntimeError, match="0x12"):
+        unfixed(x=x1)

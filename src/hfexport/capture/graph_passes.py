@@ -130,6 +130,32 @@ def rewrite_nodes(program: Any, rewrite: Callable[[torch.fx.Graph, torch.fx.Node
     return count
 
 
+def narrow_squeezes(program: Any, keep: Callable[[Any], bool]) -> int:
+    """Keep, in every ``aten.squeeze.dim`` / ``squeeze.dims`` of ``program``, only the dims whose traced size
+    ``keep`` accepts (an ``alias`` of the input where none is left); returns how many nodes changed. The backends'
+    squeeze kernels decide from the run-time size what torch decided at trace time (ONNX's ``Squeeze`` refuses a
+    size other than 1, ExecuTorch's ``squeeze_copy`` drops a dim traced as symbolic that is 1 at run time)."""
+    aten = torch.ops.aten
+
+    def narrow(graph: torch.fx.Graph, node: torch.fx.Node) -> bool:
+        if node.target not in (aten.squeeze.dim, aten.squeeze.dims):
+            return False
+        source, value = node.args[0], traced(node.args[0])
+        if not isinstance(source, torch.fx.Node) or not isinstance(value, torch.Tensor) or value.dim() == 0:
+            return False
+        dims = node.args[1] if node.target is aten.squeeze.dims else [node.args[1]]
+        kept = [d for d in dims if keep(value.shape[d])]
+        if len(kept) == len(dims):
+            return False
+        if kept:
+            node.target, node.args = aten.squeeze.dims, (source, kept)
+        else:  # kept as a node (the program's output names may name it)
+            node.target, node.args = aten.alias.default, (source,)
+        return True
+
+    return rewrite_nodes(program, narrow)
+
+
 def call_with_value(graph: torch.fx.Graph, target: Any, args: tuple, value: Any,
                     kwargs: dict[str, Any] | None = None) -> torch.fx.Node:
     """A new ``call_function`` node of ``target(*args, **kwargs)`` at the graph's insertion point, its

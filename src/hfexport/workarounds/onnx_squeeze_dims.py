@@ -22,32 +22,9 @@ __all__ = ["drop_noop_squeezes"]
 def drop_noop_squeezes(program: Any) -> int:
     """Drop from every ``aten.squeeze.dim(s)`` of ``program`` the dimensions whose traced size is a static int other
     than 1 (an ``alias`` of its input when none is left); returns how many nodes changed."""
-    from ..capture.graph_passes import rewrite_nodes
+    from ..capture.graph_passes import narrow_squeezes
 
-    return rewrite_nodes(program, _drop_noop_dims)
-
-
-def _drop_noop_dims(graph: Any, node: Any) -> bool:
-    import torch
-
-    from ..capture.graph_passes import traced
-
-    aten = torch.ops.aten
-    if node.target not in (aten.squeeze.dim, aten.squeeze.dims):
-        return False
-    source = node.args[0]
-    value = traced(source)
-    if not isinstance(source, torch.fx.Node) or not isinstance(value, torch.Tensor) or value.dim() == 0:
-        return False
-    dims = node.args[1] if node.target is aten.squeeze.dims else [node.args[1]]
-    kept = [d for d in dims if not (isinstance(size := value.shape[d], int) and size != 1)]
-    if len(kept) == len(dims):
-        return False
-    if kept:
-        node.target, node.args = aten.squeeze.dims, (source, kept)
-    else:  # kept as a node (the program's output names may name it): an ONNX Identity
-        node.target, node.args = aten.alias.default, (source,)
-    return True
+    return narrow_squeezes(program, lambda size: not (isinstance(size, int) and size != 1))
 
 
 @workaround(

@@ -247,7 +247,7 @@ BUILTIN_MODULES = tuple(f"hfexport.workarounds.{name}" for name in (
     "executorch_repeat_interleave", "openvino_integer_division",
     "models.prophetnet", "searchsorted", "openvino_symbolic_floats", "models.longformer",
     "executorch_nonzero_layout", "executorch_negative_pad", "openvino_tile_unit_dims",
-    "executorch_partition_cycles", "executorch_xnnpack_idle_passes",
+    "executorch_partition_cycles", "executorch_xnnpack_idle_passes", "executorch_squeeze_symbolic",
 ))
 
 
