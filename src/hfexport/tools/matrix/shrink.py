@@ -113,9 +113,9 @@ SIZE_RULES: tuple[SizeRule, ...] = (
     _named("cap", 64, ("max_target_positions",)),
     _named("cap", 16, ("max_source_positions", "v_head_dim")),
     _named("cap", 8, ("num_mel_bins", "patch_size", "qk_rope_head_dim", "qk_nope_head_dim", "state_size",
-                      "ssm_state_size", "attention_window")),  # (LED's, Longformer's: 512)
+                      "ssm_state_size")),
     _named("cap", 32, ("image_size", "crop_size", "kv_lora_rank", "q_lora_rank")),
-    _named("cap", 4, ("frames_per_clip", "label_length")),  # (a forecaster's label window: <= the context, 4 steps)
+    _named("cap", 4, ("frames_per_clip", "label_length", "attention_window")),  # (forecast labels <= context; LED)
     _named("cap", LAYERS, ("num_self_attends_per_block",)),
     # a layout embedding of 4 coordinates and 2 shape sizes, concatenated to the hidden size: 4 x 10 + 2 x 12 = 64
     _named("set", 10, ("coordinate_size",)), _named("set", 12, ("shape_size",)),
