@@ -245,6 +245,33 @@ def test_a_max_over_the_last_dim_stays_outside_xnnpack_which_cannot_lower_it():
     assert torch.allclose(exported(x=x), x - x.max(dim=-1, keepdim=True).values)
 
 
+class _PatchGrid(torch.nn.Module):
+    """A vision tower's patch grid (Inkling's): [batch, frames, channels, height, width] -> rank-8 patches, permuted
+    and flattened to [batch, patches, patch values]."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, f, c, h, w = x.shape
+        grid = x.reshape(b, f, c, 2, h // 2, 2, w // 2, 1).permute(0, 1, 3, 5, 7, 2, 4, 6)
+        return grid.reshape(b, f * 4, -1) * 2
+
+
+def test_a_tensor_of_more_than_six_dims_stays_outside_xnnpack_which_cannot_define_it(monkeypatch):
+    """XNNPACK defines tensors of at most 6 dims: the rank-8 permute was delegated and the method failed to load
+    (error 0x1; checked below with the workaround's check off). The test fails once the workaround can go."""
+    from hfexport.workarounds import executorch_xnnpack_visitors
+
+    x = torch.randn(2, 1, 3, 8, 8)
+    want = _PatchGrid()(x)
+    exported = ExecutorchExporter().export(_PatchGrid(), {"x": x}, ExecutorchConfig())
+    assert "executorch-xnnpack-max-rank" in exported.components["model"].metadata.workarounds
+    assert torch.equal(exported(x=x), want)
+
+    monkeypatch.setattr(executorch_xnnpack_visitors, "_MAX_RANK", 8)
+    unfixed = ExecutorchExporter().export(_PatchGrid(), {"x": x}, ExecutorchConfig())
+    with pytest.raises(RuntimeError, match="Failed to load method forward"):
+        unfixed(x=x)
+
+
 class _RotateHalf(torch.nn.Module):
     """GPT-J style rotate-half (Cohere, ERNIE 4.5): ``stack(..., dim=-1)`` is a trailing unsqueeze per operand."""
 

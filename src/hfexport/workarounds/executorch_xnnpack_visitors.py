@@ -22,6 +22,11 @@ issue known; drop one once its config and visitor agree.
   delegated convolution, which its ``DecomposeBatchNorm`` pass rewrites as a 1-D convolution, lowered as above: the
   same error for the conformer convolution module's norm (Parakeet, Canary, Cohere ASR) once the convolution before
   it stays outside by the previous workaround.
+- ``executorch-xnnpack-max-rank``: no config checks a tensor's rank, and XNNPACK defines tensors of at most 6 dims
+  (``XNN_MAX_TENSOR_DIMS``): a patch grid's rank-8 ``permute`` / ``clone`` was delegated and the method failed to
+  load ("Failed to define tensor 0 with code: xnn_status_unsupported_parameter", error 0x1: Inkling's vision
+  patches). The configs' common check (``XNNPartitionerConfig.check_common_constraints``) also requires every
+  tensor the node takes or makes to have at most 6 dims.
 """
 
 from __future__ import annotations
@@ -32,11 +37,13 @@ from typing import Any
 
 from .registry import Workaround, patch_attribute, register_workaround
 
-__all__ = ["max_dim_visitor_accepts", "reshape_visitor_accepts", "conv1d_visitor_accepts"]
+__all__ = ["max_dim_visitor_accepts", "reshape_visitor_accepts", "conv1d_visitor_accepts", "rank_within_xnnpack"]
 
 _MODULE = "executorch.backends.xnnpack.partition.config"
 _GEMM = "executorch.backends.xnnpack.partition.config.gemm_configs"
 _NODE = "executorch.backends.xnnpack.partition.config.node_configs"
+_BASE = "executorch.backends.xnnpack.partition.config.xnnpack_config"
+_MAX_RANK = 6  # XNN_MAX_TENSOR_DIMS (xnnpack include/xnnpack.h)
 
 
 def max_dim_visitor_accepts(node: Any) -> bool:
@@ -69,42 +76,57 @@ def conv1d_visitor_accepts(node: Any) -> bool:
     return sum(1 for size in value.shape if not isinstance(size, int)) <= 1
 
 
-def _narrowing(config_name: str, accepts: Callable[[Any], bool],
-               module: str = _MODULE) -> Callable[[Any, dict], Callable[[], None]]:
-    """A workaround's ``apply``: ``module.config_name.check_constraints`` also requires ``accepts(node)``."""
+def rank_within_xnnpack(node: Any) -> bool:
+    """Whether every tensor ``node`` takes or makes has at most the 6 dims XNNPACK can define."""
+    import torch
+
+    values = [node.meta.get("val")] + [arg.meta.get("val") for arg in node.all_input_nodes]
+    flat = [v for value in values for v in (value if isinstance(value, (list, tuple)) else [value])]
+    return all(v.dim() <= _MAX_RANK for v in flat if isinstance(v, torch.Tensor))
+
+
+def _narrowing(config_name: str, accepts: Callable[[Any], bool], module: str = _MODULE,
+               method: str = "check_constraints") -> Callable[[Any, dict], Callable[[], None]]:
+    """A workaround's ``apply``: ``module.config_name.<method>`` (a node check) also requires ``accepts(node)``."""
 
     def apply(model: Any, inputs: dict):
         config = getattr(importlib.import_module(module), config_name)
-        original = config.check_constraints
+        original = getattr(config, method)
 
-        def check_constraints(self: Any, node: Any, ep: Any) -> bool:
+        def check(self: Any, node: Any, ep: Any) -> bool:
             return original(self, node, ep) and accepts(node)
 
-        return patch_attribute(config, "check_constraints", check_constraints)
+        return patch_attribute(config, method, check)
 
     return apply
 
 
-for _id, _config, _accepts, _breaks, _module in (
+for _id, _config, _accepts, _breaks, _module, _method in (
     ("executorch-xnnpack-max-dim", "MaxDimConfig", max_dim_visitor_accepts,
      "a max over dim=-1 (or without keepdim) on a rank-4 input is delegated, then XNNPACK's lowering raises "
-     "'amax.default only supports dim == 2 or dim == 3' / 'only supports keep_dim == True'", _MODULE),
+     "'amax.default only supports dim == 2 or dim == 3' / 'only supports keep_dim == True'", _MODULE,
+     "check_constraints"),
     ("executorch-xnnpack-unsqueeze-dynamic", "UnsqueezeCopyConfig", reshape_visitor_accepts,
      "a trailing unsqueeze whose output has two dynamic dims (batch and length) is delegated, then XNNPACK's "
-     "lowering raises 'XNNPACK reshape only supports 1 dynamic dimension'", _MODULE),
+     "lowering raises 'XNNPACK reshape only supports 1 dynamic dimension'", _MODULE, "check_constraints"),
     ("executorch-xnnpack-conv1d-dynamic", "ConvolutionConfig", conv1d_visitor_accepts,
      "a 1-D convolution over a batch and frames both dynamic is delegated, then XNNPACK's lowering of the unsqueeze "
-     "its own pass puts around it raises 'XNNPACK reshape only supports 1 dynamic dimension'", _GEMM),
+     "its own pass puts around it raises 'XNNPACK reshape only supports 1 dynamic dimension'", _GEMM,
+     "check_constraints"),
     ("executorch-xnnpack-batchnorm1d-dynamic", "BatchNormConfig", conv1d_visitor_accepts,
      "a BatchNorm1d over a batch and frames both dynamic is delegated and decomposed into a 1-D convolution, then "
-     "XNNPACK's lowering raises 'XNNPACK reshape only supports 1 dynamic dimension'", _NODE),
+     "XNNPACK's lowering raises 'XNNPACK reshape only supports 1 dynamic dimension'", _NODE, "check_constraints"),
+    ("executorch-xnnpack-max-rank", "XNNPartitionerConfig", rank_within_xnnpack,
+     "a node over a tensor of more than 6 dims (a patch grid's permute) is delegated, then the method fails to load: "
+     "'Failed to define tensor 0 with code: xnn_status_unsupported_parameter' (error 0x1)", _BASE,
+     "check_common_constraints"),
 ):
     register_workaround(Workaround(
         id=_id,
         backend="executorch",
-        target=f"{_module}.{_config}.check_constraints",
+        target=f"{_module}.{_config}.{_method}",
         breaks=_breaks,
         upstream=None,
         versions={"executorch": ">=1.0,<1.6"},
-        apply=_narrowing(_config, _accepts, _module),
+        apply=_narrowing(_config, _accepts, _module, _method),
     ))
