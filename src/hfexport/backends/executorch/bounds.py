@@ -37,7 +37,7 @@ logger = logging.getLogger(__name__)
 BATCH_FLOOR = 8
 LENGTH_FLOOR = 512
 _GROWTH = 4
-_IMAGE_NAMES = ("pixel", "image", "video", "encoder_outputs")  # (the last: of rank 4 and more only)
+_IMAGE_NAMES = ("pixel", "image", "video", "encoder_outputs")  # (an encoder's output: a feature map, by _is_image)
 _HUGE = 2**62  # a read's range as torch leaves it: [0, 2**63 - 2], which a product or a square takes to int_oo
 
 

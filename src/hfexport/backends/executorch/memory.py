@@ -31,11 +31,7 @@ def planned_bytes(program: Any, method: str) -> int | None:
     if plans is not None:
         return next((sum(p.non_const_buffer_sizes[1:]) for p in plans if p.name == method), None)
     path = getattr(program, "hfexport_path", None)
-    return _planned_in_file(Path(path), method) if path else None
-
-
-def _planned_in_file(path: Path, method: str) -> int | None:
-    return _plans_in_file(path).get(method, (None,))[0]
+    return _plans_in_file(Path(path)).get(method, (None,))[0] if path else None
 
 
 def _plans_in_file(path: Path) -> dict[str, tuple[int, list[list[int]]]]:
