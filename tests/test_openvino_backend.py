@@ -23,6 +23,14 @@ def stateful(model):
                                                     generation_config=static_config(model), multi_token_decode=True)
 
 
+@pytest.fixture(scope="module")
+def saved_plain(plain, tmp_path_factory):
+    """The plain export saved once per module (under pytest's temporary folder, which pytest cleans)."""
+    directory = tmp_path_factory.mktemp("openvino-plain")
+    plain.save_pretrained(directory)
+    return directory
+
+
 def test_program_is_an_openvino_model_saved_as_xml_and_bin(plain, tmp_path):
     import openvino as ov
 
@@ -34,14 +42,14 @@ def test_program_is_an_openvino_model_saved_as_xml_and_bin(plain, tmp_path):
         p.numel() * p.element_size() for p in CASE.build().parameters())
 
 
-def test_fp32_export_runs_in_fp32_by_default_and_bf16_only_when_asked(plain, model):
+def test_fp32_export_runs_in_fp32_by_default_and_bf16_only_when_asked(plain, saved_plain, model):
     inputs = CASE.inputs(2, 7)
     with torch.no_grad():
         eager = model(**inputs)
     runner = plain.runner()
     assert str(runner.compiled.get_property("INFERENCE_PRECISION_HINT")) == "<Type: 'float32'>"
     assert compare_outputs(plain(**inputs), eager)["max_abs_diff"] <= 1e-4
-    bf16 = ExportedModel.from_pretrained(_saved(plain), config={"INFERENCE_PRECISION_HINT": "bf16"})
+    bf16 = ExportedModel.from_pretrained(saved_plain, config={"INFERENCE_PRECISION_HINT": "bf16"})
     assert bf16.runner().properties["INFERENCE_PRECISION_HINT"] == "bf16"  # asked of the plugin
     import openvino as ov
 
@@ -51,21 +59,10 @@ def test_fp32_export_runs_in_fp32_by_default_and_bf16_only_when_asked(plain, mod
         assert compare_outputs(bf16(**inputs), eager)["max_abs_diff"] > 1e-4
 
 
-def _saved(exported, _cache={}):
-    import tempfile
-    from pathlib import Path
-
-    if id(exported) not in _cache:
-        directory = Path(tempfile.mkdtemp(prefix="hfexport-ov-"))
-        exported.save_pretrained(directory)
-        _cache[id(exported)] = directory
-    return _cache[id(exported)]
-
-
-def test_compress_to_fp16_halves_the_weights_and_stays_close(model, plain, tmp_path):
+def test_compress_to_fp16_halves_the_weights_and_stays_close(model, saved_plain, tmp_path):
     half = OpenVINOExporter().export(model, CASE.inputs(2, 7), OpenVINOConfig(dynamic=True, compress_to_fp16=True))
     half.save_pretrained(tmp_path)
-    full = (_saved(plain) / "openvino_model.bin").stat().st_size
+    full = (saved_plain / "openvino_model.bin").stat().st_size
     assert (tmp_path / "openvino_model.bin").stat().st_size < 0.6 * full
     inputs = CASE.inputs(2, 7)
     with torch.no_grad():
@@ -141,10 +138,10 @@ def _decode_kwargs(exported, prompt):
     return {"prefill": prefill, "step": step}
 
 
-def test_runner_options_config_and_torch_threads(plain):
+def test_runner_options_config_and_torch_threads(plain, saved_plain):
     threads = torch.get_num_threads()
     try:
-        exported = ExportedModel.from_pretrained(_saved(plain), config={"INFERENCE_NUM_THREADS": 1}, torch_threads=1)
+        exported = ExportedModel.from_pretrained(saved_plain, config={"INFERENCE_NUM_THREADS": 1}, torch_threads=1)
         runner = exported.runner()
         assert runner.compiled.get_property("INFERENCE_NUM_THREADS") == 1
         assert torch.get_num_threads() == 1
@@ -436,7 +433,7 @@ def _weight_products(program) -> list[list[int]]:
     return shapes
 
 
-def test_projections_reading_one_activation_are_one_product_with_the_unmerged_results(model, monkeypatch):
+def test_projections_reading_one_activation_are_one_product_with_the_unmerged_results(model, monkeypatch, tmp_path):
     from hfexport.backends.openvino import projections
 
     plain = OpenVINOExporter().export(model, CASE.inputs(2, 7), OpenVINOConfig(dynamic=True))  # its own runner
@@ -451,7 +448,9 @@ def test_projections_reading_one_activation_are_one_product_with_the_unmerged_re
     assert shapes.count([2 * inner, hidden]) == layers + (head == [2 * inner, hidden]), shapes
     assert len(shapes) == 4 * layers + 1, shapes  # qkv, o, gate|up, down per layer, and the lm_head
     # a tied or shared weight read elsewhere is never copied into a merged product: the .bin holds each weight once
-    assert _bytes_of(plain) < 1.01 * sum(p.numel() * p.element_size() for p in model.parameters())
+    plain.save_pretrained(tmp_path)
+    stored = (tmp_path / "openvino_model.bin").stat().st_size
+    assert stored < 1.01 * sum(p.numel() * p.element_size() for p in model.parameters())
 
     monkeypatch.setattr(projections, "fuse_projections", lambda program: 0)
     unmerged = OpenVINOExporter().export(model, CASE.inputs(2, 7), OpenVINOConfig(dynamic=True))
@@ -463,11 +462,6 @@ def test_projections_reading_one_activation_are_one_product_with_the_unmerged_re
     assert compare_outputs(plain(**inputs), eager)["max_abs_diff"] <= 1e-4
     difference = (merged_logits - unmerged_logits).abs().max()
     assert difference <= 1e-6, difference
-
-
-def _bytes_of(exported) -> int:
-    directory = _saved(exported)
-    return (directory / "openvino_model.bin").stat().st_size
 
 
 class _EndOfImage(torch.nn.Module):
