@@ -1,6 +1,6 @@
 """ExecuTorch: what its portable kernels do otherwise than torch: ``nonzero``'s indices sliced, as Music Flamingo
 keeps its real audio frames (workaround executorch-nonzero-layout), and a crop written as a negative pad, RWKV's
-time shift (executorch-negative-pad)."""
+time shift (executorch-negative-pad); a squeeze the trace kept; a slice and a view sized by reads (LFM2-VL)."""
 
 from __future__ import annotations
 
@@ -89,3 +89,63 @@ def test_a_squeeze_of_a_symbolic_dim_that_is_one_at_run_time_keeps_the_traced_ra
     assert torch.equal(unfixed(x=x3), model(x3))
     with pytest.raises(RuntimeError, match="0x12"):
         unfixed(x=x1)
+
+
+class _UnpadImage(torch.nn.Module):
+    """LFM2-VL's image features in small: the tower's output cut to the image's patch count (a mask's sum, read from
+    a tensor), laid out as its grid (read too) and two columns merged before the projector (its pixel unshuffle)."""
+
+    def __init__(self):
+        super().__init__()
+        self.proj = torch.nn.Linear(8, 4)
+
+    def forward(self, features: torch.Tensor, mask: torch.Tensor, shapes: torch.Tensor) -> torch.Tensor:
+        patches = features[0][: mask.sum(1)[0]]
+        height, width = shapes[0]
+        grid = patches.reshape(1, height, width, -1).reshape(1, height, width // 2, -1)
+        return self.proj(grid).reshape(-1, 4)
+
+
+def _image(rows: int, columns: int) -> dict[str, torch.Tensor]:
+    mask = torch.zeros(1, 16, dtype=torch.long)
+    mask[0, : rows * columns] = 1
+    generator = torch.Generator().manual_seed(rows * columns)
+    return {"features": torch.randn(1, 16, 4, generator=generator), "mask": mask,
+            "shapes": torch.tensor([[rows, columns]])}
+
+
+def test_a_slice_and_a_view_sized_by_reads_lower_and_match_eager(monkeypatch):
+    """A slice bound read from a tensor failed to lower ('Could not guard on data-dependent expression u56 < 0': to_edge
+    traces it again through torch's Python slice decomposition; workaround executorch-slice-read-bounds), and a view
+    whose sizes are other expressions of the reads than its base's ('Ne(4*u192*u196*(...), 16*u190)' in ExecuTorch's
+    memory-view spec; executorch-dynamic-view-of-static-base keeps it a copy): LFM2-VL's image features."""
+    from hfexport.errors import ExportError
+    from hfexport.workarounds import executorch_slice_read_bounds
+
+    model, config = _UnpadImage(), ExecutorchConfig(dynamic=False)
+    exported = ExecutorchExporter().export(model, _image(2, 4), config)
+    assert "executorch-slice-read-bounds" in exported.components["model"].metadata.workarounds
+    for rows, columns in ((2, 4), (3, 4), (3, 2)):  # the traced image, and two other patch counts and grids
+        image = _image(rows, columns)
+        expected = model(**image)
+        assert expected.shape == (rows * columns // 2, 4)
+        assert (exported(**image) - expected).abs().max() <= 1e-5
+
+    monkeypatch.setattr(executorch_slice_read_bounds, "declare_slice_reads_sizes", lambda program: 0)
+    with pytest.raises(ExportError, match=r"data-dependent expression u\d+ < 0"):
+        ExecutorchExporter().export(model, _image(2, 4), config)
+
+
+@pytest.mark.sweep  # (the check above with the view's workaround off: one more ~30 s export)
+def test_a_view_sized_by_other_expressions_of_reads_fails_without_staying_a_copy(monkeypatch):
+    from hfexport.errors import ExportError
+    from hfexport.workarounds import executorch_view_bounds
+
+    def dynamism_only(node):
+        view, base = node.meta.get("val"), node.args[0].meta.get("val")
+        return isinstance(view, torch.Tensor) and isinstance(base, torch.Tensor) and \
+            any(isinstance(s, torch.SymInt) for s in view.shape) != any(isinstance(s, torch.SymInt) for s in base.shape)
+
+    monkeypatch.setattr(executorch_view_bounds, "dynamism_differs", dynamism_only)
+    with pytest.raises(ExportError, match=r"data-dependent expression Ne\("):
+        ExecutorchExporter().export(_UnpadImage(), _image(2, 4), ExecutorchConfig(dynamic=False))

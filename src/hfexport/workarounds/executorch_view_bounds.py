@@ -16,7 +16,11 @@ once the views' bounds are taken from their bases.
 from a tensor (a static patch list viewed as ``[t, h // 2, 2, w // 2, 2, c]`` by its grid: Video-LLaMA 3's tower
 with static inputs) a memory view too, and its spec refuses the pair ("_ViewSpec is incompatible with
 its base on creation. It has shape_dynamism=1, but its base has shape_dynamism=0"). Such a ``view_copy`` stays a
-copy (the portable kernel's ``view_copy.out``). Drop it once a memory view may be dynamic over a static base.
+copy (the portable kernel's ``view_copy.out``). So does a view whose element count torch cannot prove equal to its
+base's (sizes read from tensors, as other expressions of the reads: LFM2-VL's image grid, its two columns merged),
+where the spec's ``nbytes`` comparison asked a data-dependent guard ("Could not guard on data-dependent expression
+Ne(8*u258*(...), 256*u252)"). Drop it once a memory view may be dynamic over a static base and the spec compares
+sizes it can decide.
 """
 
 from __future__ import annotations
@@ -79,15 +83,20 @@ def _apply(model: Any, inputs: dict):
 
 
 def dynamism_differs(node: Any) -> bool:
-    """Whether a ``view_copy`` node's sizes are dynamic where its base's are not (or the reverse)."""
+    """Whether a ``view_copy`` node's sizes are dynamic where its base's are not (or the reverse), or torch cannot
+    tell that it has as many elements as its base (sizes read from tensors, as different expressions: the memory
+    view's spec compares the two and asks a data-dependent guard, LFM2-VL's image features)."""
     import torch
     from executorch.exir.tensor import determine_tensor_dynanism
+    from torch.fx.experimental.symbolic_shapes import statically_known_true
 
     base = node.args[0] if node.args else None
     view, source = node.meta.get("val"), getattr(base, "meta", {}).get("val")
     if not isinstance(view, torch.Tensor) or not isinstance(source, torch.Tensor):
         return False
-    return determine_tensor_dynanism(view.shape) != determine_tensor_dynanism(source.shape)
+    if determine_tensor_dynanism(view.shape) != determine_tensor_dynanism(source.shape):
+        return True
+    return not statically_known_true(view.numel() == source.numel())
 
 
 @workaround(
@@ -95,7 +104,9 @@ def dynamism_differs(node: Any) -> bool:
     backend="executorch",
     target="executorch.exir.passes.replace_view_copy_with_view_pass (_is_view_copy, _ViewSpec)",
     breaks="a view with data-dependent sizes of a static tensor fails to lower: '_ViewSpec is incompatible with its "
-    "base on creation. It has shape_dynamism=1, but its base has shape_dynamism=0' (Video-LLaMA 3's tower)",
+    "base on creation. It has shape_dynamism=1, but its base has shape_dynamism=0' (Video-LLaMA 3's tower); so does "
+    "one sized by other expressions of the reads than its base: 'Could not guard on data-dependent expression Ne(...)' "
+    "(LFM2-VL's image grid)",
     upstream="executorch exir/passes/replace_view_copy_with_view_pass.py; no issue known",
     versions={"executorch": ">=0.6,<1.6"},
 )
