@@ -991,3 +991,32 @@ def test_cpm_ant_is_drawn_at_a_trained_scale(monkeypatch):
 def test_cpm_ant_at_a_trained_scale_exports_to_onnx_within_the_fp32_bound():
     row = run_case("cpmant", "CpmAntForCausalLM", "text-generation", "onnx", "export")
     assert row["status"] == "pass" and row["max_abs_diff"] <= 1e-4, row
+
+
+def test_a_streaming_audio_prompt_carries_the_audio_of_the_tokens_generate_adds():
+    """Voxtral Realtime adds one audio embedding to each position and its generate stops where the audio ends (it
+    clamps max_length to the audio's token count): the features of a 9-token prompt alone left no token to generate
+    ("Input length of input_ids is 9, but `max_length` is set to 9"), so the matrix recorded eager-fails."""
+    import torch
+
+    model = build_model("voxtral_realtime", "VoxtralRealtimeForConditionalGeneration")
+    alone = sample_inputs(model, "voxtral_realtime", batch=2, seq=9, for_generation=True)
+    prompt = sample_inputs(model, "voxtral_realtime", batch=2, seq=9, for_generation=True, new_tokens=8)
+    frames = alone["input_features"].shape[-1]
+    assert prompt["input_features"].shape[-1] == frames * 17 // 9  # 8 frames a token, for 9 + 8 tokens
+    with torch.no_grad():
+        with pytest.raises(ValueError, match="max_length` is set to 9"):
+            model.generate(**alone, max_new_tokens=8, do_sample=False)
+        assert model.generate(**prompt, max_new_tokens=8, do_sample=False).shape == (2, 17)
+
+
+def test_a_model_whose_generate_streams_its_encoder_is_refused_by_name():
+    """Voxtral Realtime's decode step takes the next audio chunk (encoder_inputs_embeds) and its encoder's own caches:
+    a typed refusal naming them, not the ValueError a captured prefill with the whole audio gave."""
+    from hfexport import DynamoConfig, DynamoExporter, UnsupportedError
+
+    model = build_model("voxtral_realtime", "VoxtralRealtimeForConditionalGeneration")
+    sample = sample_inputs(model, "voxtral_realtime", batch=2, seq=6, for_generation=True, new_tokens=8)
+    with pytest.raises(UnsupportedError, match=r"VoxtralRealtimeForConditionalGeneration's generate\(\) streams its "
+                       r"encoder.*encoder_past_key_values, encoder_inputs_embeds, padding_cache"):
+        DynamoExporter().export_for_generation(model, sample, DynamoConfig(dynamic=True))

@@ -270,6 +270,7 @@ def decompose_prefill_decode(
         prefill = _without_swallowed(model, calls[0])
         return {"prefill": (model, prefill), "decode": (model, _without_swallowed(model, calls[1]))}
     first = 1 if _cache_length(calls[1]) >= 2 or len(calls) <= needed else 2
+    _refuse_streaming_encoder(model, calls[first])
     decode = merge_decode_calls(calls[first], calls[first + 1]) if multi_token_decode else calls[first]
     if multi_token_decode and logits_to_keep_input:
         decode = keep_every_position(model, decode)
@@ -279,6 +280,24 @@ def decompose_prefill_decode(
     out["prefill"] = (model, calls[0])
     out["decode"] = (model, decode)
     return out
+
+
+# a decode step's inputs that feed an encoder a new chunk of its input, with a cache of the encoder's own
+_STREAMED = ("encoder_inputs_embeds", "encoder_past_key_values")
+
+
+def _refuse_streaming_encoder(model: torch.nn.Module, decode: Mapping[str, Any]) -> None:
+    """Refuse a model whose generate() runs its encoder again at every decode step on the next chunk of its input,
+    with the encoder's own cache (Voxtral Realtime: one audio embedding per text position, streamed)."""
+    streamed = [k for k in decode if k in _STREAMED]
+    if streamed:
+        caches = [k for k, v in decode.items() if k != "past_key_values" and is_cache(v)]
+        raise UnsupportedError(
+            f"{type(model).__name__}'s generate() streams its encoder: each decode step takes the next chunk of its "
+            f"input and the encoder's own state ({', '.join(streamed + [c for c in caches if c not in streamed])}), "
+            "which export_for_generation does not split into programs yet; export() exports its forward (one "
+            "audio embedding per text position, no cache)"
+        )
 
 
 # what generate() passes every forward; a forward that names none of them takes them through **kwargs and drops them

@@ -146,8 +146,9 @@ def _with_boxes(inputs: dict[str, Any], gen: torch.Generator) -> Iterator[dict[s
 
 
 def sample_inputs(model: Any, model_type: str, batch: int = 2, seq: int = 6,
-                  for_generation: bool = False) -> dict[str, torch.Tensor]:
-    """Forward (or ``generate``) kwargs for ``model``, seeded by ``(batch, seq)``.
+                  for_generation: bool = False, new_tokens: int = 0) -> dict[str, torch.Tensor]:
+    """Forward (or ``generate``) kwargs for ``model``, seeded by ``(batch, seq)``; ``new_tokens``: the tokens a
+    ``generate`` on them will add, which a streaming model's audio (one embedding a position) must cover too.
 
     Raises:
         NoInputRecipe: When the model's main input is not one the matrix knows how to build.
@@ -196,7 +197,7 @@ def sample_inputs(model: Any, model_type: str, batch: int = 2, seq: int = 6,
     if main == "input_ids" and "pixel_values" in params and model.can_generate():  # image-text-to-text
         out.update(with_image(model, gen, batch, out))
     elif main == "input_ids" and "input_features" in params and model.can_generate():  # audio-text-to-text
-        out.update(with_audio(model, gen, batch, out))
+        out.update(with_audio(model, gen, batch, out, new_tokens))
     elif main == "input_ids" and "input_features" in params and not model.can_generate() \
             and _tower(model.config, "audio"):
         out["input_features"] = sample_features(model, gen, batch)  # CLAP: text and audio

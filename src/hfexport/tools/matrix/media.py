@@ -279,16 +279,32 @@ def feature_masks(parameters: list[str], mel: int | None = None,
     return masks
 
 
-def aligned_features(model: Any, text: dict[str, Any], mel: int, gen: torch.Generator) -> dict[str, Any]:
+def aligned_features(model: Any, text: dict[str, Any], mel: int, gen: torch.Generator,
+                     ahead: int = 0) -> dict[str, Any]:
     """``text`` with ``input_features`` of as many audio frames as the text has positions after the tower's
     downsampling (a streaming model that adds one audio embedding to each text position and has no audio token:
     Voxtral Realtime, 8 feature frames a token), each layout of :func:`feature_layouts`; ``{}`` where none runs.
     A count is accepted only where ``get_audio_features`` gives one embedding per position (one broadcast embedding
-    runs too, and is not the model's input)."""
+    runs too, and is not the model's input). ``ahead``: positions ``generate`` will add, whose audio the features
+    carry too (such a model's generate stops where its audio ends: Voxtral Realtime clamps ``max_length`` to it)."""
     ids = text.get("input_ids")
     features_of = getattr(model, "get_audio_features", None)
     if not isinstance(ids, torch.Tensor) or features_of is None:
         return {}
+    batch, seq = ids.shape
+    for stride in (1, 2, 4, 8, 16, 32):
+        clip = torch.randn(batch, mel, (seq + ahead) * stride, generator=gen)
+        for features, whole in zip(feature_layouts(clip[..., :seq * stride].contiguous()), feature_layouts(clip)):
+            try:
+                with torch.no_grad():
+                    out = features_of(input_features=features)
+                embeds = getattr(out, "pooler_output", out)
+            except Exception:  # noqa: BLE001 - not this layout or length
+                continue
+            if isinstance(embeds, torch.Tensor) and embeds.dim() == 3 and embeds.shape[:2] == (batch, seq) \
+                    and runs(model, {**text, "input_features": features}):
+                return {**text, "input_features": whole}
+    return {}
     batch, seq = ids.shape
     for stride in (1, 2, 4, 8, 16, 32):
         for features in feature_layouts(torch.randn(batch, mel, seq * stride, generator=gen)):

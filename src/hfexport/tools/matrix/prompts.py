@@ -236,11 +236,12 @@ def _audio_counts(model: Any, extra: dict[str, Any], batch: int) -> Iterator[int
     yield from (*range(2, _MAX_AUDIO_TOKENS + 1), 1)
 
 
-def with_audio(model: Any, gen: torch.Generator, batch: int, text: dict[str, torch.Tensor]) -> dict[str, Any]:
+def with_audio(model: Any, gen: torch.Generator, batch: int, text: dict[str, torch.Tensor],
+               ahead: int = 0) -> dict[str, Any]:
     """One clip per row (:func:`_audio_kwargs`) and its audio tokens (wrapped in the family's start and end tokens
     where it has them) right after each row's left padding, as the audio-text-to-text processors lay out a prompt
     (Audio Flamingo 3, GLM-ASR, Qwen2-Audio, Qwen3-ASR). ``{}`` (the text alone) where the config names no audio
-    token or no layout and count runs in eager."""
+    token or no layout and count runs in eager. ``ahead``: see :func:`.media.aligned_features`."""
     config = model.config
     token = _token(config, "audio_token_id", "audio_token_index")
     params = inspect.signature(model.forward).parameters
@@ -248,7 +249,7 @@ def with_audio(model: Any, gen: torch.Generator, batch: int, text: dict[str, tor
         return {}
     if token is None:  # no audio token: one embedding added to each position (Voxtral Realtime), else a clip the
         mel = config_value(config, "num_mel_bins")  # text goes with (CLVP's conditioning clip)
-        aligned = aligned_features(model, text, mel, gen) if isinstance(mel, int) else {}
+        aligned = aligned_features(model, text, mel, gen, ahead) if isinstance(mel, int) else {}
         beside = ({**text, **extra} for extra in _audio_kwargs(model, gen, batch, params))
         return aligned or next((c for c in beside if runs(model, c)), {})
     for extra in _audio_kwargs(model, gen, batch, params):

@@ -177,8 +177,8 @@ def _generate_stage(model: Any, model_type: str, backend: str, result: dict[str,
     batch = 1 if model_type in GENERATE_ONE_ROW else 2
 
     def run(m: Any) -> tuple[dict[str, Any], dict[str, Any], Any, dict[str, int]]:
-        capture = sample_inputs(m, model_type, batch=batch, seq=6, for_generation=True)
-        prompt = sample_inputs(m, model_type, batch=batch, seq=9, for_generation=True)
+        capture = sample_inputs(m, model_type, batch=batch, seq=6, for_generation=True, new_tokens=NEW_TOKENS)
+        prompt = sample_inputs(m, model_type, batch=batch, seq=9, for_generation=True, new_tokens=NEW_TOKENS)
         with torch.no_grad():
             expected, floor = m.generate(**prompt, max_new_tokens=NEW_TOKENS, do_sample=False), {}
             if stopped_early(m, prompt, expected):
