@@ -167,7 +167,7 @@ def test_verbose_lets_the_libraries_speak(tmp_path):
     folder, _ = _model_dir(tmp_path)
     verbose = subprocess.run(
         [sys.executable, "-m", "hfexport.cli", "-v", "export", str(folder), "--output", str(tmp_path / "v"),
-         "--format", "onnx", "--static-cache", "32", "--multi-token"],
+         "--format", "dynamo"],  # (the quickest export: 14 s in a fresh process against 26 s for ONNX)
         capture_output=True, text=True, env={**os.environ, "HF_HUB_OFFLINE": "1"},
     )
     assert verbose.returncode == 0, verbose.stderr
