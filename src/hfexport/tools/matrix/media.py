@@ -305,16 +305,3 @@ def aligned_features(model: Any, text: dict[str, Any], mel: int, gen: torch.Gene
                     and runs(model, {**text, "input_features": features}):
                 return {**text, "input_features": whole}
     return {}
-    batch, seq = ids.shape
-    for stride in (1, 2, 4, 8, 16, 32):
-        for features in feature_layouts(torch.randn(batch, mel, seq * stride, generator=gen)):
-            try:
-                with torch.no_grad():
-                    out = features_of(input_features=features)
-                embeds = getattr(out, "pooler_output", out)
-            except Exception:  # noqa: BLE001 - not this layout or length
-                continue
-            if isinstance(embeds, torch.Tensor) and embeds.dim() == 3 and embeds.shape[:2] == (batch, seq) \
-                    and runs(model, candidate := {**text, "input_features": features}):
-                return candidate
-    return {}
