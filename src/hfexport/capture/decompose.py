@@ -295,8 +295,7 @@ def _refuse_streaming_encoder(model: torch.nn.Module, decode: Mapping[str, Any])
         raise UnsupportedError(
             f"{type(model).__name__}'s generate() streams its encoder: each decode step takes the next chunk of its "
             f"input and the encoder's own state ({', '.join(streamed + [c for c in caches if c not in streamed])}), "
-            "which export_for_generation does not split into programs yet; export() exports its forward (one "
-            "audio embedding per text position, no cache)"
+            "which export_for_generation does not split into programs yet; export() exports its forward alone"
         )
 
 

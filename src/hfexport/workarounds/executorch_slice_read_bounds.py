@@ -25,7 +25,7 @@ __all__ = ["declare_slice_reads_sizes"]
 
 def declare_slice_reads_sizes(program: Any) -> int:
     """Declare each tensor read (``_local_scalar_dense``, ``item``) that an ``aten.slice.Tensor`` of ``program``
-    takes as its start or end, and that torch does not already know to be non-negative, a size; returns how many."""
+    takes as its start or end a size, at most the sliced dim, in place; returns how many bounds."""
     import torch
 
     from ..capture.graph_passes import program_graphs
