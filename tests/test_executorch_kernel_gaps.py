@@ -114,14 +114,12 @@ def _image(rows: int, columns: int) -> dict[str, torch.Tensor]:
             "shapes": torch.tensor([[rows, columns]])}
 
 
-def test_a_slice_and_a_view_sized_by_reads_lower_and_match_eager(monkeypatch):
+def test_a_slice_and_a_view_sized_by_reads_lower_and_match_eager():
     """A slice bound read from a tensor failed to lower ('Could not guard on data-dependent expression u56 < 0': to_edge
     traces it again through torch's Python slice decomposition; workaround executorch-slice-read-bounds), and a view
     whose sizes are other expressions of the reads than its base's ('Ne(4*u192*u196*(...), 16*u190)' in ExecuTorch's
-    memory-view spec; executorch-dynamic-view-of-static-base keeps it a copy): LFM2-VL's image features."""
-    from hfexport.errors import ExportError
-    from hfexport.workarounds import executorch_slice_read_bounds
-
+    memory-view spec; executorch-dynamic-view-of-static-base keeps it a copy): LFM2-VL's image features. Each
+    failure with its workaround off is checked in the sweep below (two more exports of ~15 and ~30 s)."""
     model, config = _UnpadImage(), ExecutorchConfig(dynamic=False)
     exported = ExecutorchExporter().export(model, _image(2, 4), config)
     assert "executorch-slice-read-bounds" in exported.components["model"].metadata.workarounds
@@ -131,15 +129,16 @@ def test_a_slice_and_a_view_sized_by_reads_lower_and_match_eager(monkeypatch):
         assert expected.shape == (rows * columns // 2, 4)
         assert (exported(**image) - expected).abs().max() <= 1e-5
 
-    monkeypatch.setattr(executorch_slice_read_bounds, "declare_slice_reads_sizes", lambda program: 0)
-    with pytest.raises(ExportError, match=r"data-dependent expression u\d+ < 0"):
-        ExecutorchExporter().export(model, _image(2, 4), config)
 
-
-@pytest.mark.sweep  # (the check above with the view's workaround off: one more ~30 s export)
-def test_a_view_sized_by_other_expressions_of_reads_fails_without_staying_a_copy(monkeypatch):
+@pytest.mark.sweep  # (the check above with each workaround off: two more exports, ~45 s)
+def test_a_slice_and_a_view_sized_by_reads_fail_to_lower_without_their_workarounds(monkeypatch):
     from hfexport.errors import ExportError
-    from hfexport.workarounds import executorch_view_bounds
+    from hfexport.workarounds import executorch_slice_read_bounds, executorch_view_bounds
+
+    with monkeypatch.context() as patched:
+        patched.setattr(executorch_slice_read_bounds, "declare_slice_reads_sizes", lambda program: 0)
+        with pytest.raises(ExportError, match=r"data-dependent expression u\d+ < 0"):
+            ExecutorchExporter().export(_UnpadImage(), _image(2, 4), ExecutorchConfig(dynamic=False))
 
     def dynamism_only(node):
         view, base = node.meta.get("val"), node.args[0].meta.get("val")
