@@ -206,7 +206,7 @@ class MergeByGrid(torch.nn.Module):
 @pytest.mark.parametrize("unfixed, error", [
     (None, None),
     ("hfexport.workarounds.executorch_transposed_views._may_be_contiguous", "data-dependent expression Eq"),
-    ("hfexport.workarounds.executorch_view_bounds.dynamism_differs", "shape_dynamism=1"),
+    ("hfexport.workarounds.executorch_view_bounds.stays_a_copy", "shape_dynamism=1"),
 ])
 def test_patches_merged_by_a_grid_read_from_a_tensor_lower_and_match_eager(monkeypatch, unfixed, error):
     """Each lowering step that met the grid's data-dependent sizes, checked with its fix off: the transposed-view

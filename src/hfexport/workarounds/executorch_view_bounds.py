@@ -82,7 +82,7 @@ def _apply(model: Any, inputs: dict):
                      lambda result, self, graph_module: fit_bases_to_views(graph_module))
 
 
-def dynamism_differs(node: Any) -> bool:
+def stays_a_copy(node: Any) -> bool:
     """Whether a ``view_copy`` node's sizes are dynamic where its base's are not (or the reverse), or torch cannot
     tell that it has as many elements as its base (sizes read from tensors, as different expressions: the memory
     view's spec compares the two and asks a data-dependent guard, LFM2-VL's image features)."""
@@ -116,6 +116,6 @@ def _apply_dynamic_views(model: Any, inputs: dict):
     original = views._is_view_copy
 
     def is_view_copy(node: Any) -> bool:
-        return original(node) and not dynamism_differs(node)
+        return original(node) and not stays_a_copy(node)
 
     return patch_attribute(views, "_is_view_copy", is_view_copy)
