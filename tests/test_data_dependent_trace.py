@@ -155,3 +155,31 @@ def test_a_distribution_built_in_the_forward_traces_without_branching_on_its_val
     assert torch.distributions.Distribution._validate_args  # restored after the export
     other = torch.randn(2, 6, 16)
     assert torch.allclose(exported(logits=other), model(other), atol=1e-5)
+
+
+class HalvedGrid(torch.nn.Module):
+    """MiniCPM-V 4.6's image features in small: a size read from its grid (``int()``, so the trace falls back to the
+    sample's real values), then the grid of every image halved by integer floor division."""
+
+    def forward(self, patches, sizes):
+        first = int(sizes[0, 0])
+        halved = sizes // 2
+        return patches[:, :first] * (halved[:, 0] * halved[:, 1]).sum()
+
+
+def test_integer_floor_division_at_symbolic_sizes_traces_with_real_values(without_workaround):
+    """torch-prims-signbit-dtype: torch's reference of integer floor division asks prims.signbit, whose meta gave the
+    input's int dtype where the real kernel gives bool; the fallback trace failed on the mismatch (MiniCPM-V 4.6 and
+    4.7's target_sizes // 2)."""
+    model = HalvedGrid()
+    inputs = {"patches": torch.randn(2, 8, 3), "sizes": torch.tensor([[4, 6], [8, 2], [2, 2]], dtype=torch.int32)}
+    shapes = {"patches": None, "sizes": {0: torch.export.Dim("images", min=2, max=16)}}
+    exported = DynamoExporter().export(model, inputs, DynamoConfig(dynamic_shapes=shapes))
+    assert "torch-prims-signbit-dtype" in exported.components["model"].metadata.workarounds
+    other = {"patches": torch.randn(2, 8, 3), "sizes": torch.tensor([[4, 2], [6, 6]], dtype=torch.int32)}
+    for sample in (inputs, other):  # (another count of images, the read size the same: the sample's branch)
+        assert torch.allclose(exported(**sample), model(**sample), atol=1e-6)
+
+    without_workaround("torch-prims-signbit-dtype")
+    with pytest.raises(ExportError, match="Could not extract specialized integer"):
+        DynamoExporter().export(model, inputs, DynamoConfig(dynamic_shapes=shapes))
