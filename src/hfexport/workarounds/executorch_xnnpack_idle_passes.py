@@ -21,6 +21,7 @@ serialized programs with and without. Drop it once the passes report ``modified=
 
 from __future__ import annotations
 
+import functools
 from typing import Any, Callable
 
 from .registry import patch_attribute, undo_all, workaround
@@ -42,10 +43,16 @@ def _any_target(ops: Callable[[], Any]) -> Callable[[Any], bool]:
 
 
 def _any_pattern(graphs: Callable[[], Any]) -> Callable[[Any], bool]:
-    """Whether every op of at least one of the patterns ``graphs()`` is in the partition (a match needs them all)."""
+    """Whether every op of at least one of the patterns ``graphs()`` is in the partition (a match needs them all).
+    The patterns' op sets are computed once per process: XNNPACK's SDPA patterns are not cached upstream
+    (``sdpa.get_graphs`` exports and lowers two programs each call, ~0.4 s), and the check runs per partition."""
+    @functools.cache
+    def pattern_ops() -> tuple[frozenset, ...]:
+        return tuple(frozenset(_targets(pattern)) for pattern in graphs())
+
     def check(graph_module: Any) -> bool:
         present = _targets(graph_module)
-        return any(_targets(pattern) <= present for pattern in graphs())
+        return any(ops <= present for ops in pattern_ops())
 
     return check
 
