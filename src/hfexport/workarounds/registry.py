@@ -248,7 +248,7 @@ BUILTIN_MODULES = tuple(f"hfexport.workarounds.{name}" for name in (
     "models.prophetnet", "searchsorted", "openvino_symbolic_floats", "models.longformer",
     "executorch_nonzero_layout", "executorch_negative_pad", "openvino_tile_unit_dims",
     "executorch_partition_cycles", "executorch_xnnpack_idle_passes", "executorch_squeeze_symbolic",
-    "executorch_slice_read_bounds", "torch_prims_signbit",
+    "executorch_slice_read_bounds", "torch_prims_signbit", "models.delta_rule_inverse",
 ))
 
 
