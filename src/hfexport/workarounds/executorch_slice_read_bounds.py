@@ -10,12 +10,12 @@ the retrace cannot bind to the first trace's symbol ("should have been constant,
 checked at most the sliced dim (``_assert_scalar``: the retrace replays both as facts; ExecuTorch drops the checks
 from the program), and the slice's own length symbol goes (its length is the read). Where both bounds are read
 (MiniCPM-V's packed images, ``features[0, start : start + count]``), the end is also checked at least the start, which
-the retrace asks next ("u74 < u73"); the length is then ``end - start``. ``to_edge`` retraces twice, and the first
-can still give such a length a symbol of its own (a trace with the sample's real values, MiniCPM-o-OCR's), which the
-second, knowing the checks, computes as ``end - start`` and cannot bind ("should have been constant, but got -u21 +
-u22"): each retrace first forgets those slices' length symbols. A slice of a prefix whose end is a count, or
-of a packed run between two offsets, as in every model seen, computes the same. Drop it once ``slice_forward`` decides
-with ``guard_or_false``.
+the retrace asks next ("u74 < u73"); the length is then ``end - start``. ``to_edge`` retraces three times, and the
+first can still give such a length a symbol of its own (a trace with the sample's real values, MiniCPM-o-OCR's),
+which the second, knowing the checks, computes as ``end - start`` and cannot bind ("should have been constant, but
+got -u21 + u22"): each retrace first forgets those slices' length symbols. A slice of a prefix whose end is a count,
+or of a packed run between two offsets, as in every model seen, computes the same. Drop it once ``slice_forward``
+decides with ``guard_or_false``.
 """
 
 from __future__ import annotations
@@ -27,7 +27,6 @@ from .executorch_to_edge import rewrite_programs_before_to_edge
 from .registry import patch_attribute, undo_all, workaround
 
 __all__ = ["declare_slice_reads_sizes", "assert_ordered", "forget_slice_lengths"]
-
 
 
 def _is_read(value: Any) -> bool:
@@ -66,7 +65,7 @@ def forget_slice_lengths(program: Any) -> int:
     """Drop the length symbol that each slice bounded by a read got from the last trace (its ``unbacked_bindings``),
     in place; returns how many. A trace that could not yet order the bounds gives the length a symbol of its own, and
     the next one, knowing the checks, computes ``end - start``, which torch cannot bind to that symbol ("should have
-    been constant, but got -u21 + u22": ``to_edge`` retraces twice)."""
+    been constant, but got -u21 + u22": ``to_edge`` retraces three times)."""
     from ..capture.graph_passes import program_graphs
 
     return sum(node.meta.pop("unbacked_bindings", None) is not None
@@ -121,7 +120,7 @@ def _apply(model: Any, inputs: dict):
     original = vars(ExportedProgram)["run_decompositions"]
 
     def run_decompositions(self: Any, *args: Any, **kwargs: Any) -> Any:
-        forget_slice_lengths(self)  # (each retrace of to_edge's, after the first)
+        forget_slice_lengths(self)  # (before each of to_edge's retraces)
         return original(self, *args, **kwargs)
 
     return undo_all([rewrite_programs_before_to_edge(declare_slice_reads_sizes),
