@@ -86,16 +86,18 @@ def strictly_lower_inverse(x: torch.Tensor) -> torch.Tensor:
     return inverse[..., 0, :, :] - torch.eye(n, dtype=x.dtype, device=x.device)
 
 
-@functools.lru_cache(maxsize=None)
 def rewritten(family: str) -> Any:
     """The family's torch fallback compiled again from transformers' source with the loop replaced by a call of
     :func:`strictly_lower_inverse`, with its module's own globals (live: a name another workaround patches there is
-    the patched one) and defaults; ``None`` where the source is not as expected."""
+    the patched one) and defaults; ``None`` where its module is not imported or the source is not as expected."""
     module = sys.modules.get(f"transformers.models.{family}.modeling_{family}")
     wrapped = getattr(module, FUNCTIONS[family], None) if module is not None else None
-    if wrapped is None:
-        return None
-    original = inspect.unwrap(wrapped)  # (under transformers' hub-kernel wrapper)
+    return None if wrapped is None else _recompiled(inspect.unwrap(wrapped))  # (under the hub-kernel wrapper)
+
+
+@functools.lru_cache(maxsize=None)
+def _recompiled(original: Any) -> Any:
+    """:func:`rewritten` of one function, once per process (a module not yet imported is not cached as ``None``)."""
     try:
         source = textwrap.dedent(inspect.getsource(original))
     except (OSError, TypeError):
@@ -106,7 +108,8 @@ def rewritten(family: str) -> Any:
         return None
     code = compile(source, inspect.getsourcefile(original) or "<transformers>", "exec")
     body = next(c for c in code.co_consts if isinstance(c, types.CodeType) and c.co_name == original.__name__)
-    function = types.FunctionType(body, vars(module), original.__name__, original.__defaults__)
+    function = types.FunctionType(body, vars(sys.modules[original.__module__]), original.__name__,
+                                  original.__defaults__)
     function.__kwdefaults__ = original.__kwdefaults__
     return function
 
